@@ -1,0 +1,33 @@
+# foldworks: PDB entries -> parsed chains -> splits -> MSAs -> features -> training -> predictions
+# -> metrics -> report. Each stage is a thin rule over `python -m foldworks.<stage>`.
+# Usage: make demo   (or: snakemake --cores all --configfile config/config.yaml)
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/fetch.smk"
+include: "workflow/rules/parse.smk"
+include: "workflow/rules/chains.smk"
+include: "workflow/rules/msa.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/predict.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "data/raw/manifest.tsv",
+        "results/summary.tsv",
+        expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
+    default_target: True

@@ -1,0 +1,1 @@
+"""The ``chains`` stage: chain table, filters, sequence clusters and leakage-free splits."""

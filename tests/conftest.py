@@ -1,0 +1,45 @@
+"""Shared fixtures: locate the offline PDB mirror and sequence set (never copied into the repo)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shared_path(env_var: str, relative: str) -> Path | None:
+    candidates = [os.environ.get(env_var), str(REPO_ROOT.parent / "shared" / relative)]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return Path(candidate).resolve()
+    return None
+
+
+@pytest.fixture(scope="session")
+def pdb_mirror() -> Path:
+    """The offline mirror of 71 wwPDB entries (``$FOLDWORKS_PDB_MIRROR`` or ``../shared/pdb_mirror``)."""
+    path = _shared_path("FOLDWORKS_PDB_MIRROR", "pdb_mirror")
+    if path is None:
+        pytest.skip("offline PDB mirror not found: set FOLDWORKS_PDB_MIRROR or provide ../shared/pdb_mirror")
+    return path
+
+
+@pytest.fixture(scope="session")
+def seqdb_fasta() -> Path:
+    """The real-protein FASTA for toy MSA databases (``$FOLDWORKS_SEQDB`` or ``../shared/seqdb/seqdb.fasta``)."""
+    path = _shared_path("FOLDWORKS_SEQDB", "seqdb/seqdb.fasta")
+    if path is None:
+        pytest.skip("sequence set not found: set FOLDWORKS_SEQDB or provide ../shared/seqdb/seqdb.fasta")
+    return path
+
+
+def require_tool(name: str) -> str:
+    """Return the path of an external tool; fail (not skip) if `make test` set-up did not install it."""
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh)")
+    return found

@@ -1,0 +1,23 @@
+# Stage 3: chain table, filters, MMseqs2 clusters and leakage-free splits. A checkpoint: the
+# chains it keeps decide which MSA, feature and prediction jobs exist.
+
+
+checkpoint chains:
+    input:
+        expand("data/parsed/{entry}.json", entry=ENTRIES),
+    output:
+        table="data/chains.parquet",
+        fasta="data/chains.fasta",
+        failures="data/parsed/failures.tsv",
+    params:
+        cfg=slice_json("chains"),
+        code=code_hash("chains"),
+    threads: 2
+    conda:
+        "../../envs/hhsuite.yaml"
+    log:
+        "logs/chains.log",
+    shell:
+        "python -m foldworks.chains --parsed {input} --out-table {output.table}"
+        " --out-fasta {output.fasta} --sequences-dir data/sequences"
+        " --failures {output.failures} --params {params.cfg:q} --threads {threads} 2> {log}"

@@ -1,0 +1,39 @@
+# Stage 8: RMSD, lDDT-Cα, GDT-TS, TM-score per target against the parsed reference.
+
+
+rule evaluate:
+    input:
+        predictions="results/predictions/{experiment}",
+        features=lambda wildcards: features_of(["train", "test"]),
+    output:
+        test="results/metrics/{experiment}.tsv",
+        train="results/metrics/train/{experiment}.tsv",
+    params:
+        cfg=slice_json("evaluate"),
+        code=code_hash("evaluate"),
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/evaluate/{experiment}.log",
+    shell:
+        "python -m foldworks.evaluate --predictions {input.predictions} --features-dir data/features"
+        " --out {output.test} --train-out {output.train} --params {params.cfg:q} 2> {log}"
+
+
+rule evaluate_baseline:
+    input:
+        table="data/chains.parquet",
+        features=lambda wildcards: features_of(["train", "test"]),
+    output:
+        test="results/metrics/baseline.tsv",
+        train="results/metrics/train/baseline.tsv",
+    params:
+        cfg=slice_json("evaluate"),
+        code=code_hash("evaluate"),
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/evaluate/baseline.log",
+    shell:
+        "python -m foldworks.evaluate.baseline --chains {input.table} --features-dir data/features"
+        " --out {output.test} --train-out {output.train} --params {params.cfg:q} 2> {log}"

@@ -1,0 +1,42 @@
+# Stage 4: an HH-suite database (built from FASTA unless msa.database names one), then hhblits
+# once per unique sequence hash into the hash-sharded store data/msa/<xx>/<hash>.a3m.
+
+
+rule msa_db:
+    input:
+        fasta="data/chains.fasta",
+        extra=config["msa"]["extra_fasta"],
+    output:
+        multiext("data/msa_db/foldworks", "_a3m.ffdata", "_a3m.ffindex", "_cs219.ffdata", "_cs219.ffindex"),
+        record="data/msa_db/foldworks.json",
+    params:
+        prefix=lambda wildcards, output: output.record.removesuffix(".json"),
+        code=code_hash("msa"),
+    threads: 2
+    conda:
+        "../../envs/hhsuite.yaml"
+    log:
+        "logs/msa_db.log",
+    shell:
+        "python -m foldworks.msa.build_db --fasta {input.fasta} {input.extra}"
+        " --out-prefix {params.prefix} --record {output.record} --threads {threads} 2> {log}"
+
+
+rule msa:
+    input:
+        query="data/sequences/{xx}/{seqhash}.fasta",
+        db=MSA_DB_FILES,
+    output:
+        "data/msa/{xx}/{seqhash}.a3m",
+    params:
+        db=lambda wildcards, input: input.db[0].removesuffix("_a3m.ffdata") if input.db else MSA_DB_PREFIX,
+        cfg=slice_json("msa"),
+        code=code_hash("msa"),
+    threads: 1
+    conda:
+        "../../envs/hhsuite.yaml"
+    log:
+        "logs/msa/{xx}/{seqhash}.log",
+    shell:
+        "python -m foldworks.msa.search --query {input.query} --db {params.db:q} --out {output}"
+        " --threads {threads} --params {params.cfg:q} 2> {log}"

@@ -1,0 +1,26 @@
+# Stage 7: predicted structures (mmCIF, pLDDT in B-factor) for every test chain, plus a
+# deterministic subset of training chains to show what the model fits. GPU step.
+
+
+rule predict:
+    input:
+        checkpoint="results/checkpoints/{experiment}/best.ckpt",
+        table="data/chains.parquet",
+        features=lambda wildcards: features_of(["train", "test"]),
+    output:
+        directory("results/predictions/{experiment}"),
+    params:
+        splits=",".join(config["predict"]["splits"]),
+        train_subset=config["predict"]["train_subset"],
+        code=code_hash("predict", "models", "train"),
+    threads: 2
+    resources:
+        gpu=1,
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/predict/{experiment}.log",
+    shell:
+        "python -m foldworks.predict --checkpoint {input.checkpoint} --chains {input.table}"
+        " --features-dir data/features --out-dir {output} --splits {params.splits}"
+        " --train-subset {params.train_subset} --threads {threads} 2> {log}"

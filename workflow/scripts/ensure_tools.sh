@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Make sure the external tools foldworks calls are installed: HH-suite (hhblits, hhfilter,
+# ffindex_*, cstranslate) and MMseqs2. On Debian as root they are installed with apt-get;
+# otherwise we print the conda command for envs/hhsuite.yaml and fail.
+set -euo pipefail
+
+missing=()
+command -v hhblits >/dev/null 2>&1 || missing+=(hhsuite)
+command -v ffindex_from_fasta >/dev/null 2>&1 || missing+=(hhsuite)
+command -v mmseqs >/dev/null 2>&1 || missing+=(mmseqs2)
+if ! command -v cstranslate >/dev/null 2>&1 && ! ls /usr/libexec/hhsuite/cstranslate-* >/dev/null 2>&1; then
+  missing+=(hhsuite)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "[setup] installing system tools with apt-get: $pkgs"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+  exit 0
+fi
+echo "[setup] missing tools: $pkgs" >&2
+echo "[setup] install them with conda:  conda env create -f envs/hhsuite.yaml && conda activate foldworks-hhsuite" >&2
+echo "[setup] or on Debian/Ubuntu:      sudo apt-get install hhsuite mmseqs2" >&2
+exit 1
