@@ -20,7 +20,8 @@ from foldworks.provenance import code_hash
 def read_entries(spec) -> list[str]:
     """Config ``pdb: entries`` (a list, or a file of IDs) -> validated, de-duplicated lower-case IDs."""
     if isinstance(spec, str):
-        lines = Path(spec).read_text().splitlines()
+        path = Path(spec) if Path(spec).exists() else Path(workflow.basedir) / spec
+        lines = path.read_text().splitlines()
         spec = [line.split("#")[0].strip() for line in lines]
         spec = [item for item in spec if item]
     entries = []

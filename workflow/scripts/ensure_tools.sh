@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the external tools foldworks calls are installed: HH-suite (hhblits, hhfilter,
-# ffindex_*, cstranslate) and MMseqs2. On Debian as root they are installed with apt-get;
+# ffindex_*, cstranslate), MMseqs2 and TMscore (tm-align, reference for the metric tests). On Debian as root they are installed with apt-get;
 # otherwise we print the conda command for envs/hhsuite.yaml and fail.
 set -euo pipefail
 
@@ -8,6 +8,8 @@ missing=()
 command -v hhblits >/dev/null 2>&1 || missing+=(hhsuite)
 command -v ffindex_from_fasta >/dev/null 2>&1 || missing+=(hhsuite)
 command -v mmseqs >/dev/null 2>&1 || missing+=(mmseqs2)
+# TMscore (tm-align) is the reference implementation the metric tests compare against.
+command -v TMscore >/dev/null 2>&1 || missing+=(tm-align)
 if ! command -v cstranslate >/dev/null 2>&1 && ! ls /usr/libexec/hhsuite/cstranslate-* >/dev/null 2>&1; then
   missing+=(hhsuite)
 fi
