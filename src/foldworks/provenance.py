@@ -15,7 +15,7 @@ from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 #: Modules every stage imports.
-SHARED_MODULES: tuple[str, ...] = ("__init__.py", "constants.py", "ids.py", "fsutil.py")
+SHARED_MODULES: tuple[str, ...] = ("__init__.py", "constants.py", "ids.py", "fsutil.py", "logutil.py")
 
 
 @lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ import pandas as pd
 from foldworks.chains.splits import add_clusters_and_splits, check_no_leakage
 from foldworks.chains.table import apply_filters, read_parsed_records, rows_to_frame
 from foldworks.fsutil import atomic_path, write_bytes_atomic, write_tsv_atomic
+from foldworks.logutil import setup_logging
 
 log = logging.getLogger("foldworks.chains")
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", default="{}", help="config slice `chains` as JSON")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging("chains")
 
     params = {**DEFAULTS, **json.loads(args.params)}
     rows, failures = read_parsed_records(args.parsed)
