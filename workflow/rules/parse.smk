@@ -9,7 +9,7 @@ rule parse:
         json="data/parsed/{entry}.json",
     params:
         cfg=slice_json("parse"),
-        code=code_hash("parse"),
+        code=code_hash("parse", "fetch/convert"),
     conda:
         "../../envs/python.yaml"
     log:

@@ -1,0 +1,155 @@
+"""Fetch one PDB entry from an https URL prefix or a local mirror directory.
+
+``fetch_entry`` tries ``<ID>.cif.gz`` then ``<ID>.pdb.gz``; it validates the bytes (see
+:mod:`foldworks.fetch.validate`), converts legacy PDB to mmCIF, and only then writes
+``data/raw/{entry}.cif.gz`` and the record JSON atomically. A failure leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from foldworks import fsutil
+from foldworks.fetch import convert, validate
+from foldworks.fetch.http import FetchError, NotFound, RetryPolicy, http_get
+from foldworks.ids import normalize_entry
+
+LOG = logging.getLogger(__name__)
+
+FORMATS = ("cif", "pdb")  # preference order
+ALLOWED_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True)
+class FetchParams:
+    """Rule parameters (``config: fetch``): seconds, attempt counts and byte limits."""
+
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 2.0
+    max_backoff_s: float = 60.0
+    max_bytes: int = 500_000_000
+    max_text_bytes: int = 2_000_000_000
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> "FetchParams":
+        """Build from a config slice; unknown keys or negative values raise ``ValueError``."""
+        params = dict(params or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"unknown fetch parameter(s) {unknown}; known: {sorted(known)}")
+        obj = cls(**params)
+        if obj.timeout_s <= 0 or obj.retries < 0 or obj.backoff_s < 0 or obj.max_bytes <= 0 or obj.max_text_bytes <= 0:
+            raise ValueError(f"fetch parameters out of range: {obj}")
+        return obj
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(self.timeout_s, int(self.retries), self.backoff_s, self.max_backoff_s)
+
+
+@dataclass
+class FetchResult:
+    """What ``fetch_entry`` did: the record written plus HTTP attempts per URL tried."""
+
+    record: dict[str, Any]
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+def classify_source(source: str) -> tuple[str, str]:
+    """``('url', prefix)`` for http(s) prefixes, ``('dir', path)`` for local directories.
+
+    Any other URL scheme (``ftp:``, ``file:``, ...) and a missing directory raise ``ValueError``.
+    """
+    if "://" in source:
+        parts = urllib.parse.urlsplit(source)
+        if parts.scheme.lower() not in ALLOWED_SCHEMES or not parts.netloc:
+            raise ValueError(f"source {source!r}: only http:// and https:// URLs (or a local directory) are allowed")
+        return "url", source.rstrip("/")
+    path = Path(source)
+    if not path.is_dir():
+        raise ValueError(f"source {source!r}: not an http(s) URL and not an existing directory")
+    return "dir", str(path)
+
+
+def _read_local(directory: str, entry: str, fmt: str, max_bytes: int) -> tuple[str, bytes] | None:
+    """Bytes of ``<id>.<fmt>.gz`` (lower or upper case name) in ``directory``, or None if absent."""
+    for name in (f"{entry}.{fmt}.gz", f"{entry.upper()}.{fmt}.gz"):
+        path = Path(directory) / name
+        if path.is_file():
+            size = path.stat().st_size
+            if size > max_bytes:
+                raise FetchError(f"entry {entry}: {path} is {size} bytes, over the limit of {max_bytes}")
+            return str(path), path.read_bytes()
+    return None
+
+
+def _download(entry: str, kind: str, base: str, params: FetchParams, attempts: dict[str, int]) -> tuple[str, str, bytes]:
+    """Return ``(format, url_or_path, bytes)`` of the first available format."""
+    for fmt in FORMATS:
+        if kind == "dir":
+            found = _read_local(base, entry, fmt, params.max_bytes)
+            if found is not None:
+                return fmt, found[0], found[1]
+            continue
+        url = f"{base}/{entry.upper()}.{fmt}.gz"
+        try:
+            download = http_get(url, params.policy(), params.max_bytes)
+        except NotFound:
+            attempts[url] = 1
+            LOG.info("entry %s: %s not found, trying the next format", entry, url)
+            continue
+        except FetchError as exc:
+            raise FetchError(f"entry {entry}: {exc}") from exc
+        attempts[url] = download.attempts
+        return fmt, url, download.data
+    raise FetchError(f"entry {entry} not found at {base}")
+
+
+def _to_mmcif_bytes(entry: str, fmt: str, label: str, data: bytes, params: FetchParams) -> bytes:
+    """Validate ``data`` and return the gzipped mmCIF bytes to store."""
+    validate.check_envelope(data, label)
+    text = validate.decode_text(validate.gunzip_capped(data, params.max_text_bytes, label))
+    if text.lstrip()[:1] == "<":
+        raise FetchError(f"{label}: gzipped HTML/XML, not a structure file")
+    if fmt == "cif":
+        validate.validate_mmcif(text, entry, label)
+        return data
+    st = validate.validate_pdb(text, entry, label)
+    cif_text = convert.structure_to_mmcif(st, text).as_string()
+    validate.validate_mmcif(cif_text, entry, f"{label} (converted)")
+    return convert.gzip_deterministic(cif_text.encode("utf-8"))
+
+
+def fetch_entry(entry: str, source: str, out: str | Path, record_path: str | Path,
+                params: Mapping[str, Any] | FetchParams | None = None) -> FetchResult:
+    """Download, validate and store one entry; returns the record (also written to ``record_path``)."""
+    entry = normalize_entry(entry)
+    cfg = params if isinstance(params, FetchParams) else FetchParams.from_mapping(params)
+    kind, base = classify_source(source)
+    attempts: dict[str, int] = {}
+    fmt, where, data = _download(entry, kind, base, cfg, attempts)
+    try:
+        stored = _to_mmcif_bytes(entry, fmt, where, data, cfg)
+    except FetchError as exc:
+        raise FetchError(f"entry {entry}: {exc}") from exc
+    record = {
+        "entry": entry,
+        "source": source,
+        "url_or_path": where,
+        "source_format": fmt,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "stored_sha256": hashlib.sha256(stored).hexdigest(),
+        "bytes": len(data),
+        "fetched_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+    }
+    fsutil.write_bytes_atomic(out, stored)
+    fsutil.write_json_atomic(record_path, record)
+    LOG.info("entry %s: %s (%s, %d bytes) -> %s", entry, where, fmt, len(data), out)
+    return FetchResult(record=record, attempts=attempts)
