@@ -4,6 +4,7 @@
 rule evaluate:
     input:
         predictions="results/predictions/{experiment}",
+        table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "test"]),
     output:
         test="results/metrics/{experiment}.tsv",
@@ -16,7 +17,8 @@ rule evaluate:
     log:
         "logs/evaluate/{experiment}.log",
     shell:
-        "python -m foldworks.evaluate --predictions {input.predictions} --features-dir data/features"
+        "python -m foldworks.evaluate --predictions {input.predictions} --chains {input.table}"
+        " --features-dir data/features"
         " --out {output.test} --train-out {output.train} --params {params.cfg:q} 2> {log}"
 
 

@@ -1,0 +1,372 @@
+"""Structure-comparison metrics on NumPy arrays (no torch): RMSD, lDDT, GDT, TM-score.
+
+Coordinates are in Å. ``pred`` is the model, ``ref`` the experimental reference; residues are
+paired by index (position ``i`` of ``pred`` is residue ``i`` of ``ref``).
+
+Definitions
+-----------
+*Superposition* (:func:`kabsch_superpose`): the rotation ``R`` and translation ``t`` minimising
+``sum_i w_i |R x_i + t - y_i|^2`` (Kabsch 1976, proper rotation, ``det R = +1``).
+
+*RMSD* (:func:`rmsd`): ``sqrt(mean_i |R x_i + t - y_i|^2)`` after that optimal superposition of
+all paired atoms; TMscore's "RMSD of the common residues".
+
+*lDDT* (:func:`lddt`), as OpenStructure computes it (Mariani et al. 2013): every pair of
+*resolved reference* atoms that lie in *different residues* and are closer than the inclusion
+radius (15 Å) in the reference is scored; a pair is conserved at threshold ``t`` when
+``|d_pred - d_ref| < t``, for ``t`` in 0.5, 1, 2, 4 Å. Global lDDT = conserved pair-thresholds
+pooled over all pairs / (4 x number of pairs). A pair with a missing model atom counts as not
+conserved. Per-residue lDDT is the same ratio over the pairs that involve the residue's atoms.
+:func:`lddt_ca` is the special case of one atom (Cα) per residue. The all-atom form does not
+resolve symmetric side-chain atom names (ASP/GLU/PHE/TYR/ARG), which OpenStructure does; it is
+exact for Cα and backbone atoms.
+
+*TM-score* (:func:`tm_score`, Zhang & Skolnick 2004):
+``max over superpositions of (1/L) sum_i 1 / (1 + (d_i / d0)^2)`` with
+``d0 = 1.24 (L - 15)^(1/3) - 1.8`` (``d0 = 0.5`` if ``L <= 15``; at least 0.5), ``L`` = the
+normalisation length (the reference length; unpaired reference residues contribute 0).
+
+*GDT* (:func:`gdt`): for each cutoff ``c``, the largest fraction of the ``L`` reference residues
+with ``d_i <= c`` over the superpositions searched; the GDT score is the mean over cutoffs.
+GDT-TS uses 1, 2, 4, 8 Å and GDT-HA 0.5, 1, 2, 4 Å.
+
+*Superposition search* (TMscore 2019/08/22, reproduced step by step so that values agree with
+``TMscore model ref``): seed fragments of ``n, n/2, n/4, ...`` consecutive paired residues
+(integer halving, down to 4; at most 6 lengths) at every start position; each seed is superposed,
+then refined up to 20 times by superposing the residues within ``d0_search + 1`` Å
+(``d0_search = clip(d0, 4.5, 8)``; the first selection uses ``d0_search - 1``, and a cutoff is
+widened by 0.5 Å until at least 3 residues qualify). TM-score and each GDT count are maximised
+independently over every superposition visited. Selections already refined from an earlier or
+equal iteration are skipped, which changes no maximum. On real pairs (NMR models of 1L2Y, 2KC9,
+3PDZ, 2CRB; noise-perturbed 1UBQ, 1AKI, 2SRC, 5PTI) RMSD, TM-score, GDT-TS and GDT-HA agree with
+TMscore to its printed precision (|Δ| < 5e-4 Å RMSD, < 5e-5 for the scores); TMscore computes
+distances in single precision, so a distance within ~1e-6 Å of a GDT cutoff could still differ.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+LDDT_THRESHOLDS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+LDDT_INCLUSION_RADIUS: float = 15.0
+GDT_TS_CUTOFFS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+GDT_HA_CUTOFFS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+_SEARCH_CUTOFFS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+_MAX_ITERATIONS = 20
+_MAX_SEED_LENGTHS = 6
+_MIN_SEED_LENGTH = 4
+_CHUNK_ELEMENTS = 600_000  # seeds x residues processed at once (memory bound, ~15 MB)
+
+
+def kabsch_superpose(
+    mobile: np.ndarray, target: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Optimal rigid superposition of ``mobile`` onto ``target``.
+
+    ``mobile``, ``target``: ``[..., N, 3]`` (Å, broadcastable); ``weights``: ``[..., N]`` (>= 0,
+    default 1). Returns ``(rotation [..., 3, 3], translation [..., 3])`` such that
+    ``mobile @ rotation.T + translation`` best fits ``target``. Where all weights are 0 the
+    identity and a zero translation are returned (as TMscore's ``u3b`` does).
+    """
+    mobile = np.asarray(mobile, np.float64)
+    target = np.asarray(target, np.float64)
+    if weights is None:
+        weights = np.ones(np.broadcast_shapes(mobile.shape, target.shape)[:-1])
+    weights = np.asarray(weights, np.float64)
+    total = weights.sum(-1)
+    safe = np.where(total > 0, total, 1.0)[..., None]
+    mobile_centre = np.einsum("...n,...ni->...i", weights, mobile) / safe
+    target_centre = np.einsum("...n,...ni->...i", weights, target) / safe
+    covariance = np.einsum("...n,...ni,...nj->...ij", weights, mobile, target)
+    covariance -= total[..., None, None] * mobile_centre[..., :, None] * target_centre[..., None, :]
+    return _rotation_from_covariance(covariance, mobile_centre, target_centre, total)
+
+
+def _rotation_from_covariance(
+    covariance: np.ndarray, mobile_centre: np.ndarray, target_centre: np.ndarray, total: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kabsch rotation from the ``[..., 3, 3]`` cross-covariance ``sum w (x - xc)(y - yc)^T``."""
+    u, _, vt = np.linalg.svd(covariance)
+    sign = np.sign(np.linalg.det(np.swapaxes(vt, -1, -2) @ np.swapaxes(u, -1, -2)))
+    sign = np.where(sign == 0, 1.0, sign)
+    u = u.copy()
+    u[..., :, 2] *= sign[..., None]
+    rotation = np.swapaxes(vt, -1, -2) @ np.swapaxes(u, -1, -2)
+    empty = total <= 0
+    if np.any(empty):
+        rotation = np.where(empty[..., None, None], np.eye(3), rotation)
+    translation = target_centre - np.einsum("...ij,...j->...i", rotation, mobile_centre)
+    translation = np.where(empty[..., None], 0.0, translation)
+    return rotation, translation
+
+
+def apply_transform(coords: np.ndarray, rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
+    """``coords [..., N, 3] @ rotation.T + translation`` (Å)."""
+    return np.einsum("...ij,...nj->...ni", rotation, coords) + translation[..., None, :]
+
+
+def rmsd(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray | float:
+    """Root-mean-square deviation (Å) of ``pred [..., N, 3]`` from ``ref [..., N, 3]`` after the
+    optimal superposition of the atoms selected by ``mask [..., N]`` (default: all)."""
+    pred = np.asarray(pred, np.float64)
+    ref = np.asarray(ref, np.float64)
+    weights = np.ones(pred.shape[:-1]) if mask is None else np.asarray(mask, np.float64)
+    rotation, translation = kabsch_superpose(pred, ref, weights)
+    squared = np.sum((apply_transform(pred, rotation, translation) - ref) ** 2, axis=-1)
+    value = np.sqrt(np.sum(squared * weights, -1) / np.maximum(weights.sum(-1), 1e-12))
+    return float(value) if np.ndim(value) == 0 else value
+
+
+# ----------------------------------------------------------------------------------------- lDDT
+
+def lddt(
+    pred: np.ndarray,
+    ref: np.ndarray,
+    ref_mask: np.ndarray,
+    pred_mask: np.ndarray | None = None,
+    per_residue: bool = False,
+    inclusion_radius: float = LDDT_INCLUSION_RADIUS,
+    thresholds: Sequence[float] = LDDT_THRESHOLDS,
+) -> np.ndarray | float:
+    """lDDT of ``pred [..., L, A, 3]`` against ``ref [L, A, 3]`` (see module docstring).
+
+    ``ref_mask [L, A]``: resolved reference atoms; ``pred_mask [..., L, A]``: atoms present in the
+    model (default: all). Returns the global score (float, or ``[...]`` for a batch of models),
+    or with ``per_residue=True`` an array ``[..., L]`` that is NaN for residues without scored
+    pairs. A reference without any scored pair gives NaN.
+    """
+    pred = np.asarray(pred, np.float64)
+    ref = np.asarray(ref, np.float64)
+    n_res, n_atom = ref.shape[:2]
+    batch_shape = pred.shape[:-3]
+    keep = np.flatnonzero(np.asarray(ref_mask, bool).reshape(-1))
+    residue_of = (keep // n_atom).astype(np.int64)
+    ref_xyz = ref.reshape(-1, 3)[keep]
+    pred_xyz = pred.reshape(-1, n_res * n_atom, 3)[:, keep]
+    if pred_mask is None:
+        present = np.ones(pred_xyz.shape[:2], bool)
+    else:
+        present = np.broadcast_to(np.asarray(pred_mask, bool), pred.shape[:-1])
+        present = present.reshape(-1, n_res * n_atom)[:, keep]
+    conserved, total = _lddt_counts(pred_xyz, present, ref_xyz, residue_of, n_res,
+                                    inclusion_radius, tuple(thresholds))
+    n_t = len(thresholds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if per_residue:
+            scores = conserved / (n_t * total[None, :])
+            return scores.reshape(*batch_shape, n_res)
+        scores = conserved.sum(-1) / (n_t * total.sum())
+    scores = scores.reshape(batch_shape)
+    return float(scores) if scores.ndim == 0 else scores
+
+
+def _lddt_counts(
+    pred_xyz: np.ndarray, present: np.ndarray, ref_xyz: np.ndarray, residue_of: np.ndarray,
+    n_res: int, radius: float, thresholds: tuple[float, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-residue conserved pair-thresholds ``[B, L]`` and scored pairs ``[L]`` (row chunks)."""
+    n_models, n = pred_xyz.shape[:2]
+    conserved = np.zeros((n_models, n_res))
+    total = np.zeros(n_res)
+    step = max(1, 2_000_000 // max(n * n_models, 1))
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        d_ref = np.linalg.norm(ref_xyz[rows, None, :] - ref_xyz[None, :, :], axis=-1)
+        pairs = (d_ref < radius) & (residue_of[rows, None] != residue_of[None, :])
+        d_pred = np.linalg.norm(pred_xyz[:, rows, None, :] - pred_xyz[:, None, :, :], axis=-1)
+        diff = np.abs(d_pred - d_ref[None])
+        both = present[:, rows, None] & present[:, None, :] & pairs[None]
+        hits = sum((diff < t).astype(np.int64) for t in thresholds) * both
+        # Each unordered pair is visited twice (i,j) and (j,i): credit it to both residues once.
+        row_res = residue_of[rows]
+        total += np.bincount(row_res, weights=pairs.sum(-1), minlength=n_res)
+        for b in range(n_models):
+            conserved[b] += np.bincount(row_res, weights=hits[b].sum(-1), minlength=n_res)
+    return conserved, total
+
+
+def lddt_ca(
+    pred_ca: np.ndarray, ref_ca: np.ndarray, ref_mask: np.ndarray,
+    pred_mask: np.ndarray | None = None, per_residue: bool = False,
+) -> np.ndarray | float:
+    """lDDT on Cα atoms only: ``pred_ca [..., L, 3]``, ``ref_ca [L, 3]``, masks ``[L]``."""
+    pred_ca = np.asarray(pred_ca)
+    mask = None if pred_mask is None else np.asarray(pred_mask)[..., None]
+    return lddt(pred_ca[..., None, :], np.asarray(ref_ca)[:, None, :],
+                np.asarray(ref_mask)[:, None], mask, per_residue)
+
+
+# -------------------------------------------------------------------- TM-score / GDT search
+
+class SuperpositionScores(NamedTuple):
+    """Result of the TMscore-style search for one model/reference pair."""
+
+    rmsd: float          #: Å, optimal superposition of all paired residues
+    tm_score: float      #: normalised by ``length``
+    gdt_counts: dict[float, int]  #: cutoff (Å) -> max number of residues with d <= cutoff
+    length: int          #: normalisation length (reference residues)
+    d0: float            #: TM-score distance scale (Å)
+
+    def gdt(self, cutoffs: Sequence[float]) -> float:
+        """Mean over ``cutoffs`` of the best fraction of reference residues within each."""
+        return float(np.mean([self.gdt_counts[float(c)] for c in cutoffs]) / self.length)
+
+
+def tm_d0(length: int) -> float:
+    """TM-score distance scale d0 (Å) for a reference of ``length`` residues (>= 0.5)."""
+    d0 = 1.24 * (length - 15) ** (1.0 / 3.0) - 1.8 if length > 15 else 0.5
+    return max(d0, 0.5)
+
+
+def _seed_lengths(n: int) -> list[int]:
+    """TMscore's seed fragment lengths: n, n/2, n/4, ... (integer) down to 4 (or n if n < 4)."""
+    minimum = min(_MIN_SEED_LENGTH, n)
+    lengths = []
+    for i in range(_MAX_SEED_LENGTHS - 1):
+        value = n // 2 ** i
+        if value <= minimum:
+            return lengths + [minimum]
+        lengths.append(value)
+    return lengths + [minimum]
+
+
+def _seed_masks(n: int) -> np.ndarray:
+    """Boolean ``[S, n]`` masks of every seed fragment (contiguous paired residues)."""
+    masks = []
+    index = np.arange(n)
+    for length in _seed_lengths(n):
+        starts = np.arange(n - length + 1)
+        masks.append((index[None, :] >= starts[:, None]) & (index[None, :] < starts[:, None] + length))
+    return np.concatenate(masks, axis=0)
+
+
+def _distances(pred: np.ndarray, ref: np.ndarray, weights: np.ndarray, moments: np.ndarray) -> np.ndarray:
+    """Distances ``[S, n]`` after superposing ``pred`` on ``ref`` with each row of ``weights``.
+
+    ``moments [n, 9]`` holds ``pred_i * ref_j``. The squared distance is expanded as
+    ``|p|^2 + |r|^2 + |t|^2 - 2 r.t + 2 p.(R^T t) - 2 r.(R p)`` so that all work is matrix
+    products (inputs should be centred to keep the expansion well conditioned).
+    """
+    total = weights.sum(-1)
+    safe = np.where(total > 0, total, 1.0)[:, None]
+    mobile_centre = weights @ pred / safe
+    target_centre = weights @ ref / safe
+    covariance = (weights @ moments).reshape(-1, 3, 3)
+    covariance -= total[:, None, None] * mobile_centre[:, :, None] * target_centre[:, None, :]
+    rotation, translation = _rotation_from_covariance(covariance, mobile_centre, target_centre, total)
+    back = np.einsum("sij,si->sj", rotation, translation)  # R^T t
+    # r.(R p) = sum_ij R_ij p_j r_i = vec(R) . (p_j r_i) = vec(R^T) . moments
+    cross = np.swapaxes(rotation, -1, -2).reshape(-1, 9) @ moments.T
+    squared = (np.sum(pred ** 2 + ref ** 2, axis=-1)[None, :] + np.sum(translation ** 2, -1)[:, None]
+               - 2.0 * translation @ ref.T + 2.0 * back @ pred.T - 2.0 * cross)
+    return np.sqrt(np.maximum(squared, 0.0))
+
+
+def _select(dist: np.ndarray, cutoff: float) -> np.ndarray:
+    """Residues with ``d < cutoff``; the cutoff grows by 0.5 Å until >= 3 qualify (if n > 3)."""
+    cut = np.full(dist.shape[0], cutoff)
+    selected = dist < cut[:, None]
+    if dist.shape[1] > 3:
+        short = selected.sum(-1) < 3
+        while np.any(short):
+            cut[short] += 0.5
+            selected[short] = dist[short] < cut[short, None]
+            short = selected.sum(-1) < 3
+    return selected
+
+
+def _search_chunk(pred, ref, seeds, moments, d0, d0_search, best) -> None:
+    """Run the seed + iterative-extension search for a chunk of seeds, updating ``best``.
+
+    The refinement from a selection is deterministic, so a selection already superposed at the
+    same or an earlier iteration is dropped (its continuation was already scored). This prunes
+    duplicate work without changing the maxima TMscore would find.
+    """
+
+    def record(dist: np.ndarray) -> None:
+        tm = np.sum(1.0 / (1.0 + (dist / d0) ** 2), axis=-1)
+        best["tm"] = max(best["tm"], float(tm.max()))
+        for cutoff in _SEARCH_CUTOFFS:
+            best[cutoff] = max(best[cutoff], int((dist <= cutoff).sum(-1).max()))
+
+    dist = _distances(pred, ref, seeds.astype(np.float64), moments)
+    record(dist)
+    current = _novel(_select(dist, d0_search - 1.0), best["visited"], 0)
+    for iteration in range(_MAX_ITERATIONS):
+        if current.shape[0] == 0:
+            return
+        dist = _distances(pred, ref, current.astype(np.float64), moments)
+        record(dist)
+        current = _novel(_select(dist, d0_search + 1.0), best["visited"], iteration + 1)
+
+
+def _novel(masks: np.ndarray, visited: dict[bytes, int], iteration: int) -> np.ndarray:
+    """Rows of ``masks [S, n]`` not yet superposed at ``iteration`` or earlier; marks them visited."""
+    keep = []
+    for row, key in enumerate(np.packbits(masks, axis=1)):
+        key = key.tobytes()
+        if visited.get(key, _MAX_ITERATIONS + 1) > iteration:
+            visited[key] = iteration
+            keep.append(row)
+    return masks[keep]
+
+
+def superposition_scores(
+    pred: np.ndarray, ref: np.ndarray, length: int | None = None
+) -> SuperpositionScores:
+    """TMscore-style search (module docstring) for paired Cα traces ``pred``, ``ref`` ``[n, 3]``.
+
+    ``length`` is the normalisation length ``L`` (default ``n``); pass the number of reference
+    residues when some of them have no model counterpart.
+    """
+    pred = np.asarray(pred, np.float64)
+    ref = np.asarray(ref, np.float64)
+    n = pred.shape[0]
+    if pred.shape != ref.shape or pred.ndim != 2 or pred.shape[1] != 3 or n == 0:
+        raise ValueError(f"expected two non-empty [n, 3] arrays, got {pred.shape} and {ref.shape}")
+    if not (np.all(np.isfinite(pred)) and np.all(np.isfinite(ref))):
+        raise ValueError("coordinates must be finite (pass only paired, present residues)")
+    pred, ref = pred - pred.mean(0), ref - ref.mean(0)  # distances are translation invariant
+    length = n if length is None else int(length)
+    d0 = tm_d0(length)
+    d0_search = min(max(d0, 4.5), 8.0)
+    moments = (pred[:, :, None] * ref[:, None, :]).reshape(n, 9)
+    best: dict = {"tm": -1.0, "visited": {}, **{c: -1 for c in _SEARCH_CUTOFFS}}
+    seeds = _seed_masks(n)
+    chunk = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, seeds.shape[0], chunk):
+        _search_chunk(pred, ref, seeds[start:start + chunk], moments, d0, d0_search, best)
+    return SuperpositionScores(
+        rmsd=float(rmsd(pred, ref)),
+        tm_score=best["tm"] / length,
+        gdt_counts={c: best[c] for c in _SEARCH_CUTOFFS},
+        length=length,
+        d0=d0,
+    )
+
+
+def tm_score(pred: np.ndarray, ref: np.ndarray, length: int | None = None) -> float:
+    """TM-score of paired Cα traces ``[n, 3]`` normalised by ``length`` (default ``n``)."""
+    return superposition_scores(pred, ref, length).tm_score
+
+
+def gdt(pred: np.ndarray, ref: np.ndarray, cutoffs: Sequence[float] = GDT_TS_CUTOFFS,
+        length: int | None = None) -> float:
+    """GDT (fraction in [0, 1]) of paired Cα traces for ``cutoffs`` (Å; each one of 0.5, 1, 2,
+    4, 8), normalised by ``length`` (default ``n``). Default cutoffs give GDT-TS."""
+    unknown = [c for c in cutoffs if float(c) not in _SEARCH_CUTOFFS]
+    if unknown:
+        raise ValueError(f"GDT cutoffs must be among {_SEARCH_CUTOFFS} Å, got {unknown}")
+    return superposition_scores(pred, ref, length).gdt(cutoffs)
+
+
+def gdt_ts(pred: np.ndarray, ref: np.ndarray, length: int | None = None) -> float:
+    """GDT-TS: mean best fraction within 1, 2, 4, 8 Å."""
+    return gdt(pred, ref, GDT_TS_CUTOFFS, length)
+
+
+def gdt_ha(pred: np.ndarray, ref: np.ndarray, length: int | None = None) -> float:
+    """GDT-HA: mean best fraction within 0.5, 1, 2, 4 Å."""
+    return gdt(pred, ref, GDT_HA_CUTOFFS, length)

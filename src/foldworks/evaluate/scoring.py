@@ -1,0 +1,192 @@
+"""Per-target scoring: read a predicted mmCIF and a reference feature file, compute the metric row.
+
+Only resolved reference residues are scored (``residue_mask`` and a present Cα). Predicted
+residues are matched by residue number ``1..L`` along the full sequence (DATA_FORMATS.md §7).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import gemmi
+import numpy as np
+import pandas as pd
+
+from foldworks.constants import CA_INDEX, RESTYPE_3TO1
+from foldworks.evaluate import metrics
+from foldworks.fsutil import write_tsv_atomic
+from foldworks.ids import split_target
+
+log = logging.getLogger(__name__)
+
+#: Columns of ``results/metrics/*.tsv`` in order.
+METRIC_COLUMNS: tuple[str, ...] = (
+    "target", "entry", "chain", "length", "n_resolved",
+    "rmsd_ca", "lddt_ca", "gdt_ts", "gdt_ha", "tm_score", "mean_plddt",
+)
+
+#: Recognised ``--params`` keys (config slice ``evaluate``) and their defaults.
+DEFAULT_PARAMS: dict[str, Any] = {"baseline": "helix"}
+
+
+def parse_params(text: str) -> dict[str, Any]:
+    """Merge the ``--params`` JSON over :data:`DEFAULT_PARAMS`; unknown keys are logged."""
+    params = json.loads(text or "{}")
+    if not isinstance(params, dict):
+        raise ValueError(f"--params must be a JSON object, got {text!r}")
+    unknown = sorted(set(params) - set(DEFAULT_PARAMS))
+    if unknown:
+        log.warning("ignoring unknown evaluate params: %s", ", ".join(unknown))
+    if params.get("baseline", "helix") != "helix":
+        raise ValueError(f"evaluate.baseline {params['baseline']!r}: only 'helix' is implemented")
+    return {**DEFAULT_PARAMS, **params}
+
+
+class EvaluationError(RuntimeError):
+    """A target cannot be scored; the message names it."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Cα trace of one reference chain: ``ca [L, 3]`` (Å), ``resolved [L]``, ``sequence`` (may be "")."""
+
+    target: str
+    ca: np.ndarray
+    resolved: np.ndarray
+    sequence: str
+
+    @property
+    def length(self) -> int:
+        return int(self.ca.shape[0])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted Cα trace aligned to the full sequence: ``ca [L, 3]`` (NaN where absent),
+    ``present [L]``, per-residue ``plddt [L]`` (0-100, NaN where absent or unknown)."""
+
+    ca: np.ndarray
+    present: np.ndarray
+    plddt: np.ndarray
+
+
+def load_reference(path: str | Path, target: str) -> Reference:
+    """Read ``data/features/{target}.npz`` (atom_positions ``[L, 37, 3]``, atom_mask, residue_mask)."""
+    path = Path(path)
+    if not path.exists():
+        raise EvaluationError(f"target {target}: feature file {path} not found")
+    with np.load(path, allow_pickle=False) as data:
+        try:
+            positions = np.asarray(data["atom_positions"], np.float64)
+            atom_mask = np.asarray(data["atom_mask"], bool)
+            residue_mask = np.asarray(data["residue_mask"], bool)
+        except KeyError as exc:
+            raise EvaluationError(f"target {target}: {path} lacks key {exc}") from exc
+        sequence = str(data["sequence"]) if "sequence" in data.files else ""
+    resolved = residue_mask & atom_mask[:, CA_INDEX]
+    return Reference(target, positions[:, CA_INDEX], resolved, sequence)
+
+
+def read_prediction(path: str | Path, target: str, length: int, sequence: str = "") -> Prediction:
+    """Read the Cα atoms and B-factors (pLDDT) of a one-chain predicted mmCIF with gemmi.
+
+    Residue numbers must lie in ``1..length``; residue names are checked against ``sequence``
+    where both are standard amino acids (a mismatch is logged, since it means misnumbering).
+    """
+    path = Path(path)
+    try:
+        structure = gemmi.read_structure(str(path))
+    except (RuntimeError, ValueError) as exc:
+        raise EvaluationError(f"target {target}: cannot read prediction {path}: {exc}") from exc
+    if len(structure) == 0 or len(structure[0]) != 1:
+        raise EvaluationError(f"target {target}: {path} must hold exactly one chain in one model")
+    ca = np.full((length, 3), np.nan)
+    plddt = np.full(length, np.nan)
+    mismatches = 0
+    for residue in structure[0][0]:
+        index = residue.seqid.num - 1
+        if not 0 <= index < length:
+            raise EvaluationError(
+                f"target {target}: residue number {residue.seqid.num} outside 1..{length} in {path}")
+        atom = residue.find_atom("CA", "*")
+        if atom is None:
+            continue
+        if not np.isnan(ca[index, 0]):
+            raise EvaluationError(f"target {target}: residue {index + 1} appears twice in {path}")
+        ca[index] = (atom.pos.x, atom.pos.y, atom.pos.z)
+        plddt[index] = atom.b_iso
+        expected = sequence[index] if index < len(sequence) else "X"
+        found = RESTYPE_3TO1.get(residue.name, "X")
+        mismatches += expected != "X" and found != "X" and expected != found
+    if mismatches:
+        log.warning("target %s: %d residue names differ from the reference sequence", target, mismatches)
+    return Prediction(ca, ~np.isnan(ca[:, 0]), plddt)
+
+
+def score_prediction(prediction: Prediction, reference: Reference) -> dict[str, Any]:
+    """The metric row of one target (columns :data:`METRIC_COLUMNS`)."""
+    target = reference.target
+    resolved = reference.resolved
+    n_resolved = int(resolved.sum())
+    if n_resolved == 0:
+        raise EvaluationError(f"target {target}: the reference has no resolved residue")
+    paired = resolved & prediction.present
+    if paired.sum() < n_resolved:
+        log.warning("target %s: %d of %d resolved residues have no predicted CA",
+                    target, n_resolved - int(paired.sum()), n_resolved)
+    pred_ca = np.nan_to_num(prediction.ca)
+    lddt = metrics.lddt_ca(pred_ca, reference.ca, resolved, prediction.present)
+    if paired.any():
+        found = metrics.superposition_scores(pred_ca[paired], reference.ca[paired], length=n_resolved)
+        rmsd, tm = found.rmsd, found.tm_score
+        ts, ha = found.gdt(metrics.GDT_TS_CUTOFFS), found.gdt(metrics.GDT_HA_CUTOFFS)
+    else:
+        rmsd, tm, ts, ha = math.nan, 0.0, 0.0, 0.0
+    plddt = prediction.plddt[paired]
+    plddt = plddt[~np.isnan(plddt)]
+    entry, chain = split_target(target)
+    return {
+        "target": target, "entry": entry, "chain": chain,
+        "length": reference.length, "n_resolved": n_resolved,
+        "rmsd_ca": rmsd, "lddt_ca": lddt, "gdt_ts": ts, "gdt_ha": ha, "tm_score": tm,
+        "mean_plddt": float(plddt.mean()) if plddt.size else math.nan,
+    }
+
+
+def score_file(prediction_path: Path, features_dir: Path, target: str) -> dict[str, Any]:
+    """Score ``prediction_path`` against ``{features_dir}/{target}.npz``."""
+    reference = load_reference(features_dir / f"{target}.npz", target)
+    prediction = read_prediction(prediction_path, target, reference.length, reference.sequence)
+    return score_prediction(prediction, reference)
+
+
+def format_value(value: Any) -> str:
+    """TSV cell: floats with 4 decimals, NaN as an empty cell, everything else via ``str``."""
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else f"{float(value):.4f}"
+    return str(value)
+
+
+def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write metric rows sorted by target, byte-identical for identical inputs (atomic)."""
+    ordered = sorted(rows, key=lambda row: row["target"])
+    cells = [[format_value(row[column]) for column in METRIC_COLUMNS] for row in ordered]
+    write_tsv_atomic(path, METRIC_COLUMNS, cells)
+
+
+def read_metrics(path: str | Path) -> pd.DataFrame:
+    """Read a metrics TSV (empty cells become NaN; ``chain`` stays a string)."""
+    return pd.read_csv(path, sep="\t", dtype={"target": str, "entry": str, "chain": str},
+                       keep_default_na=False, na_values=[""])
+
+
+def split_targets(chains_table: str | Path, splits: Sequence[str]) -> list[str]:
+    """Targets of ``data/chains.parquet`` that passed the filters and lie in ``splits`` (sorted)."""
+    table = pd.read_parquet(chains_table, columns=["entry", "chain", "split", "passed_filters"])
+    chosen = table[table["passed_filters"].astype(bool) & table["split"].isin(list(splits))]
+    return sorted(f"{entry}_{chain}" for entry, chain in zip(chosen["entry"], chosen["chain"]))

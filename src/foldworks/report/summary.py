@@ -1,0 +1,95 @@
+"""Summary statistics of per-target metric tables (``results/metrics/*.tsv``).
+
+One row per experiment plus a ``baseline`` row: the number of test targets, mean and median of
+lDDT-Cα, RMSD-Cα (Å), GDT-TS and TM-score, a percentile-bootstrap confidence interval of the
+mean lDDT-Cα (resampling targets with a fixed seed, so reruns give identical numbers), and the
+train-split mean lDDT-Cα where a train table is given.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from foldworks.fsutil import write_tsv_atomic
+from foldworks.ids import validate_experiment
+
+BASELINE = "baseline"
+SUMMARY_METRICS: tuple[str, ...] = ("lddt_ca", "rmsd_ca", "gdt_ts", "tm_score")
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "experiment", "n_targets",
+    "lddt_ca_mean", "lddt_ca_median", "lddt_ca_ci_low", "lddt_ca_ci_high",
+    "rmsd_ca_mean", "rmsd_ca_median", "gdt_ts_mean", "gdt_ts_median",
+    "tm_score_mean", "tm_score_median", "train_lddt_ca_mean",
+)
+DEFAULT_PARAMS: dict[str, Any] = {"n_bootstrap": 2000, "seed": 0, "confidence": 0.95}
+
+
+def experiment_name(path: str | Path) -> str:
+    """``results/metrics/A.tsv`` → ``A``; ``results/checkpoints/A/metrics.csv`` → ``A``."""
+    path = Path(path)
+    name = path.parent.name if path.name == "metrics.csv" else path.stem
+    return validate_experiment(name)
+
+
+def read_metric_table(path: str | Path) -> pd.DataFrame:
+    """A metrics TSV as a DataFrame (empty cells → NaN, IDs kept as strings)."""
+    return pd.read_csv(path, sep="\t", dtype={"target": str, "entry": str, "chain": str},
+                       keep_default_na=False, na_values=[""])
+
+
+def bootstrap_mean_ci(values: Sequence[float], n_resamples: int, seed: int,
+                      confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (NaNs dropped; NaN if empty)."""
+    data = np.asarray(values, np.float64)
+    data = data[~np.isnan(data)]
+    if data.size == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(n_resamples, data.size))].mean(axis=1)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def summarise_table(name: str, table: pd.DataFrame, train: pd.DataFrame | None,
+                    params: Mapping[str, Any]) -> dict[str, Any]:
+    """One summary row for experiment ``name`` from its test (and optional train) metrics."""
+    row: dict[str, Any] = {"experiment": name, "n_targets": int(len(table))}
+    for metric in SUMMARY_METRICS:
+        column = pd.to_numeric(table[metric], errors="coerce") if metric in table else pd.Series(dtype=float)
+        row[f"{metric}_mean"] = float(column.mean()) if column.notna().any() else math.nan
+        row[f"{metric}_median"] = float(column.median()) if column.notna().any() else math.nan
+    low, high = bootstrap_mean_ci(table["lddt_ca"] if "lddt_ca" in table else [],
+                                  int(params["n_bootstrap"]), int(params["seed"]),
+                                  float(params["confidence"]))
+    row["lddt_ca_ci_low"], row["lddt_ca_ci_high"] = low, high
+    if train is not None and "lddt_ca" in train and train["lddt_ca"].notna().any():
+        row["train_lddt_ca_mean"] = float(train["lddt_ca"].mean())
+    else:
+        row["train_lddt_ca_mean"] = math.nan
+    return row
+
+
+def summarise(tables: Mapping[str, pd.DataFrame], train_tables: Mapping[str, pd.DataFrame],
+              params: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Summary DataFrame (columns :data:`SUMMARY_COLUMNS`), rows in the order of ``tables``
+    (put the baseline last)."""
+    merged = {**DEFAULT_PARAMS, **(params or {})}
+    rows = [summarise_table(name, table, train_tables.get(name), merged) for name, table in tables.items()]
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def write_summary(path: str | Path, summary: pd.DataFrame) -> None:
+    """Write the summary TSV atomically; floats with 4 decimals, NaN as an empty cell."""
+    def cell(value: Any) -> str:
+        if isinstance(value, (float, np.floating)):
+            return "" if math.isnan(value) else f"{float(value):.4f}"
+        return str(value)
+
+    rows = [[cell(value) for value in record] for record in summary[list(SUMMARY_COLUMNS)].itertuples(index=False)]
+    write_tsv_atomic(path, SUMMARY_COLUMNS, rows)
