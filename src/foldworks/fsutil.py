@@ -33,6 +33,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         yield tmp
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, final)
     finally:
         if tmp.exists():
@@ -72,6 +73,12 @@ def write_tsv_atomic(path: str | os.PathLike[str], header: Sequence[str], rows: 
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(header)
         writer.writerows(rows)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def _json_default(obj: Any) -> Any:
