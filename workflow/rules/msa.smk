@@ -30,7 +30,7 @@ rule msa:
         "data/msa/{xx}/{seqhash}.a3m",
     params:
         db=lambda wildcards, input: input.db[0].removesuffix("_a3m.ffdata") if input.db else MSA_DB_PREFIX,
-        cfg=slice_json("msa"),
+        cfg=json.dumps(config["msa"]["hhblits"], sort_keys=True),
         code=code_hash("msa"),
     threads: 1
     conda:
