@@ -1,0 +1,37 @@
+"""Model registry: one decorator per family, one factory used by training and prediction.
+
+Adding a family = one module that defines an ``nn.Module`` decorated with
+``@register_model("name")`` and one import line in :mod:`foldworks.models`.
+Every model maps a padded batch dict (see :mod:`foldworks.models.common`) to an output dict
+with at least ``ca_coords [B, L, 3]`` (Å) and ``plddt [B, L]`` (0..1), and has
+``loss(batch, outputs) -> (loss, logs)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from torch import nn
+
+MODEL_REGISTRY: dict[str, type[nn.Module]] = {}
+
+_M = TypeVar("_M", bound=type[nn.Module])
+
+
+def register_model(name: str) -> Callable[[_M], _M]:
+    """Class decorator registering a model family under ``name`` (unique)."""
+
+    def decorator(cls: _M) -> _M:
+        if name in MODEL_REGISTRY and MODEL_REGISTRY[name] is not cls:
+            raise ValueError(f"model {name!r} is already registered ({MODEL_REGISTRY[name].__name__})")
+        MODEL_REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def build_model(name: str, config: dict[str, Any] | None = None) -> nn.Module:
+    """Instantiate the registered family ``name`` with its ``config`` dict (unknown keys refused)."""
+    if name not in MODEL_REGISTRY:
+        raise KeyError(f"unknown model {name!r}; registered: {sorted(MODEL_REGISTRY)}")
+    return MODEL_REGISTRY[name](**(config or {}))

@@ -1,0 +1,37 @@
+"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m foldworks.predict", description=__doc__)
+    parser.add_argument("--checkpoint", required=True, type=Path, help="results/checkpoints/NAME/best.ckpt")
+    parser.add_argument("--chains", required=True, type=Path, help="data/chains.parquet")
+    parser.add_argument("--features-dir", required=True, type=Path, help="data/features")
+    parser.add_argument("--out-dir", required=True, type=Path, help="results/predictions/NAME")
+    parser.add_argument("--splits", default="test", help="comma-separated splits to predict (default: test)")
+    parser.add_argument("--train-subset", type=int, default=0, help="also predict up to K train chains")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    splits = [s for s in args.splits.split(",") if s]
+    if not set(splits) <= {"train", "val", "test"}:
+        logging.error("--splits %r: expected train, val and/or test", args.splits)
+        return 2
+    import torch
+
+    from foldworks.predict.run import predict
+
+    torch.set_num_threads(max(1, args.threads))
+    rows = predict(args.checkpoint, args.chains, args.features_dir, args.out_dir, splits, args.train_subset)
+    logging.info("wrote %d predictions to %s", len(rows), args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
