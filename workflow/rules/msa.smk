@@ -1,11 +1,14 @@
 # Stage 4: an HH-suite database (built from FASTA unless msa.database names one), then hhblits
 # once per unique sequence hash into the hash-sharded store data/msa/<xx>/<hash>.a3m.
+# The database is built from msa.extra_fasta alone when given, so it does not depend on the
+# chain table: it builds while entries are fetched and parsed, and adding entries does not
+# change it (only the new sequences get MSA jobs). With no extra FASTA (tiny test configs) it
+# is built from the chains' own sequences.
 
 
 rule msa_db:
     input:
-        fasta="data/chains.fasta",
-        extra=config["msa"]["extra_fasta"],
+        fasta=config["msa"]["extra_fasta"] or ["data/chains.fasta"],
     output:
         multiext("data/msa_db/foldworks", "_a3m.ffdata", "_a3m.ffindex", "_cs219.ffdata", "_cs219.ffindex"),
         record="data/msa_db/foldworks.json",
@@ -18,7 +21,7 @@ rule msa_db:
     log:
         "logs/msa_db.log",
     shell:
-        "python -m foldworks.msa.build_db --fasta {input.fasta} {input.extra}"
+        "python -m foldworks.msa.build_db --fasta {input.fasta}"
         " --out-prefix {params.prefix} --record {output.record} --threads {threads} 2> {log}"
 
 
