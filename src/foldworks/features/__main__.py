@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
+from foldworks.logutil import setup_logging
 from foldworks import fsutil
 from foldworks.features.build import build_features, load_chain_arrays
 from foldworks.ids import validate_chain
@@ -31,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output npz")
     parser.add_argument("--params", default="{}", help='JSON: {"max_msa_rows": 256, "seed": 0}')
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging("features")
     try:
         params = {**DEFAULT_PARAMS, **json.loads(args.params)}
         unknown = set(params) - set(DEFAULT_PARAMS)

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from foldworks.logutil import setup_logging
 from foldworks import fsutil
 from foldworks.ids import sequence_hash
 from foldworks.msa import ffindex, tools
@@ -143,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record", help="JSON record path (default: <out-prefix>.json)")
     parser.add_argument("--threads", type=int, default=1, help="cstranslate OpenMP threads")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging("msa_db")
     record_path = args.record or f"{args.out_prefix}.json"
     try:
         build_database(args.fasta, args.out_prefix, args.threads, record_path=record_path)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from foldworks.logutil import setup_logging
 from foldworks import fsutil
 from foldworks.ids import SEQUENCE_HASH_PATTERN, sequence_hash
 from foldworks.msa import tools
@@ -160,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="hhblits -cpu")
     parser.add_argument("--params", default="{}", help="JSON: iterations, evalue, maxseq, hhfilter{...}, timeout_s")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging("msa")
     try:
         run_hhblits(args.query, args.db, args.out, args.threads, json.loads(args.params))
     except (ValueError, OSError, tools.ToolError) as exc:

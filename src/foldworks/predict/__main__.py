@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+from foldworks.logutil import setup_logging
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m foldworks.predict", description=__doc__)
@@ -18,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-subset", type=int, default=0, help="also predict up to K train chains")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("predict")
     splits = [s for s in args.splits.split(",") if s]
     if not set(splits) <= {"train", "val", "test"}:
         logging.error("--splits %r: expected train, val and/or test", args.splits)
