@@ -1,12 +1,11 @@
 """Tests of the evaluate stage on real mirror entries: metric definitions, agreement with the
-reference TMscore program, the evaluate CLI and the helix baseline."""
+reference programs (TMscore; OpenStructure 2.3.1 compare-structures for lDDT), the evaluate CLI
+and the helix baseline."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-import re
-import subprocess
 from pathlib import Path
 
 import gemmi
@@ -15,11 +14,13 @@ import pandas as pd
 import pytest
 
 from conftest import require_tool
-from foldworks.constants import ATOM_TYPE_NUM, CA_INDEX, RESTYPE_1TO3, sequence_to_aatype
-from foldworks.evaluate import metrics
+from foldworks.constants import (
+    ATOM_ORDER, ATOM_TYPE_NUM, BACKBONE_ATOMS, CA_INDEX, RESTYPE_1TO3, RESTYPES, sequence_to_aatype,
+)
+from foldworks.evaluate import metrics, reference
 from foldworks.evaluate.__main__ import main as evaluate_main
 from foldworks.evaluate.baseline import ideal_helix, main as baseline_main
-from foldworks.evaluate.scoring import METRIC_COLUMNS, read_metrics
+from foldworks.evaluate.scoring import METRIC_COLUMNS, RESIDUE_COLUMNS, read_metrics
 
 # ----------------------------------------------------------------------------------- helpers
 
@@ -37,6 +38,42 @@ def real_chain(mirror: Path, entry: str, model: int = 0) -> tuple[str, np.ndarra
             ca[residue.label_seq - 1] = atom.pos.tolist()
     sequence = "".join({v: k for k, v in RESTYPE_1TO3.items()}.get(n, "X") for n in names)
     return sequence, ca
+
+
+def real_atom37(mirror: Path, entry: str, model: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``aatype [L]``, heavy-atom ``positions [L, 37, 3]`` and ``mask [L, 37]`` of the first
+    chain of ``entry`` (first conformer, residues indexed by label_seq)."""
+    structure = gemmi.read_structure(str(mirror / f"{entry}.cif.gz"))
+    structure.setup_entities()
+    structure.remove_hydrogens()
+    polymer = structure[model][0].get_polymer()
+    names = [m.split(",")[0] for m in structure.get_entity_of(polymer).full_sequence]
+    xyz = np.zeros((len(names), ATOM_TYPE_NUM, 3))
+    mask = np.zeros((len(names), ATOM_TYPE_NUM), bool)
+    for residue in polymer.first_conformer():
+        for atom in residue.first_conformer():
+            if residue.label_seq and atom.name in ATOM_ORDER:
+                xyz[residue.label_seq - 1, ATOM_ORDER[atom.name]] = atom.pos.tolist()
+                mask[residue.label_seq - 1, ATOM_ORDER[atom.name]] = True
+    three_to_one = {v: k for k, v in RESTYPE_1TO3.items()}
+    return np.asarray(sequence_to_aatype("".join(three_to_one.get(n, "X") for n in names))), xyz, mask
+
+
+def ost_lddt(model: Path, ref: Path, ca_only: bool) -> reference.OstLddt:
+    """OpenStructure's lDDT; fails (not skips) when `make test` set-up did not install it."""
+    try:
+        return reference.run_ost_lddt(model, ref, ca_only=ca_only)
+    except reference.ReferenceToolMissing as exc:
+        pytest.fail(str(exc))
+
+
+def swap_names(xyz: np.ndarray, aatype: np.ndarray, letter: str, first: str, second: str) -> np.ndarray:
+    """Exchange the coordinates of two atom names in every residue of type ``letter``."""
+    out = xyz.copy()
+    rows = np.flatnonzero(aatype == RESTYPES.index(letter))
+    a, b = ATOM_ORDER[first], ATOM_ORDER[second]
+    out[rows, a], out[rows, b] = xyz[rows, b], xyz[rows, a]
+    return out
 
 
 def write_features(path: Path, target: str, sequence: str, ca: np.ndarray) -> None:
@@ -81,11 +118,8 @@ def write_ca_pdb(path: Path, ca: np.ndarray, numbers: np.ndarray) -> None:
 
 def run_tmscore(model: Path, ref: Path) -> dict[str, float]:
     """RMSD, TM-score, GDT-TS, GDT-HA as printed by ``TMscore model ref``."""
-    out = subprocess.run([require_tool("TMscore"), str(model), str(ref)], capture_output=True,
-                         text=True, check=True).stdout
-    grab = {"rmsd": r"RMSD of  the common residues=\s*([\d.]+)", "tm": r"TM-score\s*=\s*([\d.]+)",
-            "gdt_ts": r"GDT-TS-score=\s*([\d.]+)", "gdt_ha": r"GDT-HA-score=\s*([\d.]+)"}
-    return {key: float(re.search(pattern, out).group(1)) for key, pattern in grab.items()}
+    require_tool("TMscore")
+    return reference.run_tmscore(model, ref)
 
 
 def perturb(ca: np.ndarray, sigma: float, seed: int) -> np.ndarray:
@@ -180,6 +214,9 @@ def test_metrics_match_the_tmscore_program(pdb_mirror, tmp_path):
     cases += [("1aki-noise", perturb(aki, 1.5, seed=1), aki), ("1aki-far", perturb(aki, 4.0, seed=2), aki)]
     _, stp = real_chain(pdb_mirror, "1stp")  # unresolved reference residues
     cases.append(("1stp-noise", perturb(np.nan_to_num(stp), 1.0, seed=4), stp))
+    _, pti = real_chain(pdb_mirror, "5pti")  # a (poor) prediction: the helix baseline
+    cases.append(("5pti-helix", ideal_helix(len(pti)), pti))
+    worst: dict[str, float] = {}
     for name, pred, ref in cases:
         pred, ref = np.round(pred, 3), np.round(ref, 3)
         numbers = np.arange(1, len(ref) + 1)
@@ -194,6 +231,97 @@ def test_metrics_match_the_tmscore_program(pdb_mirror, tmp_path):
         assert found.tm_score == pytest.approx(expected["tm"], abs=1e-3), name
         assert found.gdt(metrics.GDT_TS_CUTOFFS) == pytest.approx(expected["gdt_ts"], abs=1e-3), name
         assert found.gdt(metrics.GDT_HA_CUTOFFS) == pytest.approx(expected["gdt_ha"], abs=1e-3), name
+        values = {"rmsd": found.rmsd, "tm": found.tm_score, "gdt_ts": found.gdt(metrics.GDT_TS_CUTOFFS),
+                  "gdt_ha": found.gdt(metrics.GDT_HA_CUTOFFS)}
+        worst = {key: max(worst.get(key, 0.0), abs(values[key] - expected[key])) for key in values}
+    print("max |delta| vs TMscore (printed to 4 decimals):", worst)
+
+
+def lddt_cases(mirror: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(name, aatype, model [L, 37, 3], model mask, reference index) on real structures, rounded to
+    the 3 decimals a PDB file keeps; the reference is appended by the caller."""
+    cases = []
+    for entry, other in (("1l2y", 3), ("2kc9", 5)):  # NMR models of one mirror entry
+        aatype, xyz, mask = real_atom37(mirror, entry, other)
+        cases.append((f"{entry}-model{other + 1}", entry, aatype, xyz, mask))
+    aatype, ubq, mask = real_atom37(mirror, "1ubq")
+    rng = np.random.default_rng(7)
+    noisy = np.where(mask[..., None], ubq + rng.normal(0, 0.7, ubq.shape), 0.0)
+    for letter, first, second in (("D", "OD1", "OD2"), ("E", "OE1", "OE2"), ("R", "NH1", "NH2"),
+                                  ("F", "CD1", "CD2"), ("F", "CE1", "CE2"), ("V", "CG1", "CG2"),
+                                  ("L", "CD1", "CD2")):
+        noisy = swap_names(noisy, aatype, letter, first, second)  # names OpenStructure must resolve
+    noisy_mask = mask.copy()
+    noisy_mask[:, ATOM_ORDER["OXT"]] = False  # reference OXT absent from the model
+    noisy_mask[10:13, 5:] = False  # missing side chains
+    cases.append(("1ubq-noise-swapped", "1ubq", aatype, noisy, noisy_mask))
+    aatype, pti, mask = real_atom37(mirror, "5pti")
+    backbone = np.zeros_like(mask)  # a prediction as the predict stage writes it: N, CA, C, O
+    backbone[:, [ATOM_ORDER[a] for a in BACKBONE_ATOMS]] = True
+    pred = perturb(pti.reshape(-1, 3), 1.0, seed=8).reshape(pti.shape)
+    cases.append(("5pti-backbone-prediction", "5pti", aatype, pred, backbone & mask))
+    helix = np.zeros_like(pti)
+    helix[:, CA_INDEX] = ideal_helix(len(aatype))
+    cases.append(("5pti-helix-baseline", "5pti", aatype, helix, np.eye(ATOM_TYPE_NUM, dtype=bool)[[CA_INDEX] * len(aatype)]))
+    return cases
+
+
+def test_lddt_matches_openstructure_compare_structures(pdb_mirror, tmp_path):
+    worst = {"all-atom": 0.0, "ca": 0.0, "per-residue": 0.0}
+    for name, entry, aatype, pred, pred_mask in lddt_cases(pdb_mirror):
+        _, ref, ref_mask = real_atom37(pdb_mirror, entry)
+        pred, ref = np.round(pred, 3), np.round(ref, 3)
+        reference.write_pdb(tmp_path / "ref.pdb", aatype, ref, ref_mask)
+        reference.write_pdb(tmp_path / "model.pdb", aatype, pred, pred_mask)
+        expected = ost_lddt(tmp_path / "model.pdb", tmp_path / "ref.pdb", ca_only=False)
+        ca_ok = ref_mask[:, CA_INDEX]
+        if pred_mask[:, ATOM_ORDER["CB"]].any():
+            found = metrics.lddt_all_atom(pred, ref, ref_mask, aatype, pred_mask)
+            per_residue = metrics.lddt_all_atom(pred, ref, ref_mask, aatype, pred_mask, per_residue=True)
+        else:  # compare-structures treats a model without any CB as Cα-only (qsscoring)
+            found = metrics.lddt_ca(pred[:, CA_INDEX], ref[:, CA_INDEX], ca_ok, pred_mask[:, CA_INDEX])
+            per_residue = metrics.lddt_ca(pred[:, CA_INDEX], ref[:, CA_INDEX], ca_ok,
+                                          pred_mask[:, CA_INDEX], per_residue=True)
+        assert found == pytest.approx(expected.global_score, abs=1e-3), name
+        for number, value in expected.per_residue.items():
+            assert per_residue[number - 1] == pytest.approx(value, abs=1e-3), (name, number)
+            worst["per-residue"] = max(worst["per-residue"], abs(per_residue[number - 1] - value))
+        worst["all-atom"] = max(worst["all-atom"], abs(found - expected.global_score))
+        expected_ca = ost_lddt(tmp_path / "model.pdb", tmp_path / "ref.pdb", ca_only=True)
+        found_ca = metrics.lddt_ca(pred[:, CA_INDEX], ref[:, CA_INDEX], ca_ok, pred_mask[:, CA_INDEX])
+        assert found_ca == pytest.approx(expected_ca.global_score, abs=1e-3), name
+        worst["ca"] = max(worst["ca"], abs(found_ca - expected_ca.global_score))
+        if name == "1ubq-noise-swapped":  # without resolving names the score drops below OST's
+            assert metrics.lddt(pred, ref, ref_mask, pred_mask) < expected.global_score - 0.01
+    print("max |delta| vs OpenStructure:", worst)
+
+
+def test_symmetry_resolution_is_per_model_in_a_batch(pdb_mirror):
+    aatype, ref, mask = real_atom37(pdb_mirror, "1ubq")
+    noisy = np.where(mask[..., None], ref + np.random.default_rng(9).normal(0, 0.3, ref.shape), 0.0)
+    swapped = swap_names(swap_names(noisy, aatype, "E", "OE1", "OE2"), aatype, "Y", "CE1", "CE2")
+    swapped = swap_names(swapped, aatype, "Y", "CD1", "CD2")
+    batch = metrics.lddt_all_atom(np.stack([noisy, swapped]), ref, mask, aatype, mask)
+    assert batch[0] == pytest.approx(batch[1], abs=1e-12)
+    assert batch[0] == pytest.approx(metrics.lddt_all_atom(noisy, ref, mask, aatype, mask), abs=1e-12)
+    assert metrics.lddt(swapped, ref, mask, mask) < batch[1] - 0.002
+    assert metrics.lddt_all_atom(ref, ref, mask, aatype) == 1.0
+
+
+def test_heavy_atom_rmsd_matches_gemmi_superposition(pdb_mirror):
+    structure = gemmi.read_structure(str(pdb_mirror / "1l2y.cif.gz"))
+    structure.setup_entities()
+    structure.remove_hydrogens()
+    _, ref, ref_mask = real_atom37(pdb_mirror, "1l2y", 0)
+    models = np.stack([real_atom37(pdb_mirror, "1l2y", k)[1] for k in (1, 2)])
+    masks = np.stack([real_atom37(pdb_mirror, "1l2y", k)[2] for k in (1, 2)])
+    found = metrics.rmsd_heavy(models, ref, ref_mask, masks)
+    for k, value in zip((1, 2), found):
+        expected = gemmi.calculate_superposition(structure[0][0].get_polymer(), structure[k][0].get_polymer(),
+                                                 gemmi.PolymerType.PeptideL, gemmi.SupSelect.All)
+        assert value == pytest.approx(expected.rmsd, abs=1e-6)
+    assert metrics.rmsd_heavy(ref, ref, ref_mask) == pytest.approx(0.0, abs=1e-6)
+    assert found[0] > metrics.rmsd(models[0][:, CA_INDEX], ref[:, CA_INDEX])  # side chains move more
 
 
 # --------------------------------------------------------------------------------- CLI tests
@@ -228,6 +356,7 @@ def test_evaluate_cli_scores_predictions_reproducibly(workspace):
     root, chains = workspace
     args = ["--predictions", str(root / "predictions/exp1"), "--features-dir", str(root / "features"),
             "--out", str(root / "m.tsv"), "--train-out", str(root / "train.tsv"),
+            "--residues-out", str(root / "residues.tsv"),
             "--chains", str(root / "chains.parquet"), "--params", "{}"]
     assert evaluate_main(args) == 0
     first = (root / "m.tsv").read_bytes()
@@ -247,6 +376,14 @@ def test_evaluate_cli_scores_predictions_reproducibly(workspace):
     assert table.iloc[1]["gdt_ts"] < stp["gdt_ts"]  # 2 Å noise scores below 1 Å noise
     train = read_metrics(root / "train.tsv")
     assert list(train["target"]) == ["1l2y_A"] and 0.5 < train["lddt_ca"][0] < 1.0
+    residues = pd.read_csv(root / "residues.tsv", sep="\t")
+    assert list(residues.columns) == list(RESIDUE_COLUMNS)
+    stp_rows = residues[residues["target"] == "1stp_A"]
+    assert list(stp_rows["residue"]) == list(np.flatnonzero(ok) + 1)  # resolved residues only
+    assert len(residues) == 121 + 76
+    np.testing.assert_allclose(stp_rows["plddt"], np.linspace(30, 90, 159)[ok], atol=6e-5)
+    per_residue = metrics.lddt_ca(pred, np.nan_to_num(ca), ok, per_residue=True)
+    np.testing.assert_allclose(stp_rows["lddt_ca"], per_residue[ok], atol=1e-3)
 
 
 def test_evaluate_cli_names_a_missing_test_prediction(workspace, caplog):

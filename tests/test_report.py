@@ -12,7 +12,8 @@ import pytest
 
 from foldworks.evaluate.scoring import METRIC_COLUMNS, write_metrics
 from foldworks.report.__main__ import main as report_main
-from foldworks.report.plots import PLOT_FILES
+from foldworks.evaluate.scoring import RESIDUE_COLUMNS, write_residues
+from foldworks.report.plots import PLOT_FILES, calibration_table
 from foldworks.report.summary import SUMMARY_COLUMNS, bootstrap_mean_ci, read_metric_table
 
 TARGETS = ["1aki_A", "1crn_A", "1fki_A", "1l2y_A", "1stp_A", "1ubq_A", "2igd_A", "2src_A",
@@ -51,6 +52,18 @@ def write_log(path: Path, final_lddt: float) -> None:
     frame.to_csv(path, index=False)
 
 
+def residue_rows(seed: int, overconfidence: float) -> list[dict]:
+    """Per-residue rows: lDDT-Cα in [0, 1], pLDDT = 100 x lDDT-Cα + N(0, 3) + ``overconfidence``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for target, length in zip(TARGETS, LENGTHS):
+        lddt = np.clip(rng.beta(4, 2, length), 0, 1)
+        plddt = np.clip(100 * lddt + rng.normal(overconfidence, 3, length), 0, 100)
+        rows += [{"target": target, "residue": i + 1, "plddt": float(p), "lddt_ca": float(q)}
+                 for i, (p, q) in enumerate(zip(plddt, lddt))]
+    return rows
+
+
 @pytest.fixture
 def inputs(tmp_path):
     metrics = tmp_path / "metrics"
@@ -59,6 +72,8 @@ def inputs(tmp_path):
     write_metrics(metrics / "baseline.tsv", metric_rows(3, 0.22, False))
     for name, centre in (("msa_trunk", 0.8), ("single_seq", 0.7), ("baseline", 0.2)):
         write_metrics(metrics / "train" / f"{name}.tsv", metric_rows(4, centre, name != "baseline")[:6])
+    for name, seed, bias in (("msa_trunk", 5, 0.0), ("single_seq", 6, 15.0)):
+        write_residues(metrics / "residues" / f"{name}.tsv", residue_rows(seed, bias))
     write_log(tmp_path / "checkpoints/msa_trunk/metrics.csv", 0.6)
     write_log(tmp_path / "checkpoints/single_seq/metrics.csv", 0.45)
     args = ["--metrics", str(metrics / "msa_trunk.tsv"), str(metrics / "single_seq.tsv"),
@@ -66,6 +81,7 @@ def inputs(tmp_path):
             "--train-metrics", *(str(metrics / "train" / f"{n}.tsv") for n in ("msa_trunk", "single_seq", "baseline")),
             "--train-logs", str(tmp_path / "checkpoints/msa_trunk/metrics.csv"),
             str(tmp_path / "checkpoints/single_seq/metrics.csv"),
+            "--residues", *(str(metrics / "residues" / f"{n}.tsv") for n in ("msa_trunk", "single_seq")),
             "--summary", str(tmp_path / "summary.tsv"), "--plots-dir", str(tmp_path / "plots")]
     return tmp_path, args
 
@@ -129,3 +145,19 @@ def test_metric_tables_keep_their_columns(inputs):
     root, _ = inputs
     table = read_metric_table(root / "metrics" / "baseline.tsv")
     assert list(table.columns) == list(METRIC_COLUMNS) and table["mean_plddt"].isna().all()
+
+
+def test_calibration_bins_show_overconfidence(inputs):
+    root, args = inputs
+    assert report_main(args) == 0
+    tables = {name: pd.read_csv(root / "metrics" / "residues" / f"{name}.tsv", sep="\t")
+              for name in ("msa_trunk", "single_seq")}
+    assert list(tables["msa_trunk"].columns) == list(RESIDUE_COLUMNS)
+    calibrated, overconfident = (calibration_table(tables[n]) for n in ("msa_trunk", "single_seq"))
+    assert calibrated["n_residues"].sum() == len(tables["msa_trunk"]) == sum(LENGTHS)
+    populated = calibrated[calibrated["n_residues"] >= 50]
+    np.testing.assert_allclose(populated["lddt_ca_mean"], populated["plddt_mean"], atol=6.0)
+    busy = overconfident[overconfident["n_residues"] >= 50]
+    assert (busy["plddt_mean"] - busy["lddt_ca_mean"]).mean() > 8.0  # shifted by +15 pLDDT
+    assert (calibrated["bin_low"] < calibrated["plddt_mean"]).all()
+    assert (calibrated["plddt_mean"] <= calibrated["bin_high"]).all()

@@ -70,7 +70,8 @@ def test_summary_has_every_experiment_and_baseline(tiny_run):
     workdir, config = tiny_run
     summary = pd.read_csv(workdir / "results/summary.tsv", sep="\t")
     assert set(summary["experiment"]) == set(config["experiments"]) | {"baseline"}
-    for plot in ("lddt_ca_distribution", "lddt_ca_vs_length", "training_curves", "per_target_comparison"):
+    for plot in ("lddt_ca_distribution", "lddt_ca_vs_length", "training_curves", "per_target_comparison",
+                 "plddt_calibration"):
         assert (workdir / f"results/plots/{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -87,7 +88,7 @@ def test_html_report_contains_plots_and_summary(tiny_run):
     result = snakemake(workdir, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]
     html = report.read_text(errors="replace")
-    for name in ("lddt_ca_distribution.png", "training_curves.png", "summary.tsv"):
+    for name in ("lddt_ca_distribution.png", "training_curves.png", "plddt_calibration.png", "summary.tsv"):
         assert name in html
 
 

@@ -1,4 +1,5 @@
-# Stage 8: RMSD, lDDT-Cα, GDT-TS, TM-score per target against the parsed reference.
+# Stage 8: RMSD, lDDT-Cα, GDT-TS/HA, TM-score per target against the parsed reference, plus
+# per-residue pLDDT / lDDT-Cα (calibration plot).
 
 
 rule evaluate:
@@ -9,6 +10,7 @@ rule evaluate:
     output:
         test="results/metrics/{experiment}.tsv",
         train="results/metrics/train/{experiment}.tsv",
+        residues="results/metrics/residues/{experiment}.tsv",
     params:
         cfg=slice_json("evaluate"),
         code=code_hash("evaluate"),
@@ -19,7 +21,8 @@ rule evaluate:
     shell:
         "python -m foldworks.evaluate --predictions {input.predictions} --chains {input.table}"
         " --features-dir data/features"
-        " --out {output.test} --train-out {output.train} --params {params.cfg:q} 2> {log}"
+        " --out {output.test} --train-out {output.train} --residues-out {output.residues}"
+        " --params {params.cfg:q} 2> {log}"
 
 
 rule evaluate_baseline:

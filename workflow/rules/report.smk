@@ -7,12 +7,14 @@ rule report:
         train_metrics=expand("results/metrics/train/{experiment}.tsv", experiment=EXPERIMENTS + ["baseline"]),
         baseline="results/metrics/baseline.tsv",
         logs=expand("results/checkpoints/{experiment}/metrics.csv", experiment=EXPERIMENTS),
+        residues=expand("results/metrics/residues/{experiment}.tsv", experiment=EXPERIMENTS),
     output:
         summary=report("results/summary.tsv", caption="../report/summary.rst", category="Summary"),
         distribution=report("results/plots/lddt_ca_distribution.png", caption="../report/lddt_ca_distribution.rst", category="Accuracy"),
         vs_length=report("results/plots/lddt_ca_vs_length.png", caption="../report/lddt_ca_vs_length.rst", category="Accuracy"),
         curves=report("results/plots/training_curves.png", caption="../report/training_curves.rst", category="Training"),
         per_target=report("results/plots/per_target_comparison.png", caption="../report/per_target_comparison.rst", category="Accuracy"),
+        calibration=report("results/plots/plddt_calibration.png", caption="../report/plddt_calibration.rst", category="Confidence"),
     params:
         code=code_hash("report"),
     conda:
@@ -21,5 +23,5 @@ rule report:
         "logs/report.log",
     shell:
         "python -m foldworks.report --metrics {input.metrics} --baseline {input.baseline}"
-        " --train-metrics {input.train_metrics} --train-logs {input.logs}"
+        " --train-metrics {input.train_metrics} --train-logs {input.logs} --residues {input.residues}"
         " --summary {output.summary} --plots-dir results/plots 2> {log}"

@@ -2,12 +2,14 @@
 
     python -m foldworks.evaluate --predictions results/predictions/NAME --features-dir data/features \\
         --out results/metrics/NAME.tsv [--train-out results/metrics/train/NAME.tsv] \\
-        [--chains data/chains.parquet] --params '{}'
+        [--residues-out results/metrics/residues/NAME.tsv] [--chains data/chains.parquet] --params '{}'
 
 Every ``{target}.cif`` in the predictions directory is scored against
 ``{features-dir}/{target}.npz`` (and ``train/*.cif`` for ``--train-out``). With ``--chains``,
 every test target of the chain table must have a prediction (a missing one is an error that
-names it) and only test targets are scored. Columns: ``foldworks.evaluate.scoring.METRIC_COLUMNS``.
+names it) and only test targets are scored. Columns: ``foldworks.evaluate.scoring.METRIC_COLUMNS``;
+``--residues-out`` gets one row per resolved residue of the scored test targets
+(``RESIDUE_COLUMNS``: target, residue, plddt, lddt_ca) for the calibration plot.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sys
 from pathlib import Path
 
 from foldworks.evaluate.scoring import (
-    EvaluationError, parse_params, score_file, split_targets, write_metrics,
+    EvaluationError, parse_params, score_file, split_targets, write_metrics, write_residues,
 )
 from foldworks.ids import InvalidIdentifier, split_target
 
@@ -43,8 +45,10 @@ def prediction_files(directory: Path) -> dict[str, Path]:
     return found
 
 
-def score_directory(directory: Path, features_dir: Path, required: list[str] | None) -> list[dict]:
-    """Score the predictions in ``directory``; with ``required``, exactly those targets."""
+def score_directory(directory: Path, features_dir: Path, required: list[str] | None
+                    ) -> tuple[list[dict], list[dict]]:
+    """Score the predictions in ``directory`` (with ``required``, exactly those targets): metric
+    rows and per-residue rows."""
     found = prediction_files(directory)
     if required is not None:
         missing = [target for target in required if target not in found]
@@ -56,13 +60,14 @@ def score_directory(directory: Path, features_dir: Path, required: list[str] | N
             log.warning("%d predictions in %s are not test targets; not scored: %s",
                         len(extra), directory, ", ".join(extra[:10]))
         found = {target: found[target] for target in required}
-    rows = []
+    rows, residues = [], []
     for index, (target, path) in enumerate(sorted(found.items()), 1):
-        row = score_file(path, features_dir, target)
+        row, per_residue = score_file(path, features_dir, target)
+        residues.extend(per_residue)
         log.info("[%d/%d] %s lddt_ca=%.4f tm=%.4f gdt_ts=%.4f", index, len(found), target,
                  row["lddt_ca"], row["tm_score"], row["gdt_ts"])
         rows.append(row)
-    return rows
+    return rows, residues
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features-dir", required=True, type=Path, help="data/features")
     parser.add_argument("--out", required=True, type=Path, help="test-split metrics TSV")
     parser.add_argument("--train-out", type=Path, help="metrics TSV for predictions/NAME/train/*.cif")
+    parser.add_argument("--residues-out", type=Path, help="per-residue pLDDT / lDDT-Cα TSV (test)")
     parser.add_argument("--chains", type=Path, help="data/chains.parquet: require every test target")
     parser.add_argument("--params", default="{}", help="config slice `evaluate` as JSON")
     args = parser.parse_args(argv)
@@ -81,12 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.predictions.is_dir():
             raise EvaluationError(f"predictions directory {args.predictions} not found")
         required = split_targets(args.chains, ["test"]) if args.chains else None
-        rows = score_directory(args.predictions, args.features_dir, required)
+        rows, residues = score_directory(args.predictions, args.features_dir, required)
         write_metrics(args.out, rows)
         log.info("wrote %d rows to %s", len(rows), args.out)
+        if args.residues_out is not None:
+            write_residues(args.residues_out, residues)
+            log.info("wrote %d residue rows to %s", len(residues), args.residues_out)
         if args.train_out is not None:
             train_dir = args.predictions / "train"
-            train_rows = score_directory(train_dir, args.features_dir, None) if train_dir.is_dir() else []
+            train_rows = score_directory(train_dir, args.features_dir, None)[0] if train_dir.is_dir() else []
             if not train_rows:
                 log.warning("no training-set predictions in %s; writing an empty table", train_dir)
             write_metrics(args.train_out, train_rows)

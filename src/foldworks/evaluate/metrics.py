@@ -9,17 +9,28 @@ Definitions
 ``sum_i w_i |R x_i + t - y_i|^2`` (Kabsch 1976, proper rotation, ``det R = +1``).
 
 *RMSD* (:func:`rmsd`): ``sqrt(mean_i |R x_i + t - y_i|^2)`` after that optimal superposition of
-all paired atoms; TMscore's "RMSD of the common residues".
+all paired atoms; on Cα it is TMscore's "RMSD of the common residues". :func:`rmsd_heavy` does the
+same over every heavy atom present in both structures (atom37, paired by atom name as given).
 
-*lDDT* (:func:`lddt`), as OpenStructure computes it (Mariani et al. 2013): every pair of
-*resolved reference* atoms that lie in *different residues* and are closer than the inclusion
-radius (15 Å) in the reference is scored; a pair is conserved at threshold ``t`` when
+*lDDT* (:func:`lddt`, implemented in :mod:`foldworks.evaluate.lddt`), exactly as OpenStructure
+2.3.1 ``compare-structures --lddt`` computes it (Mariani et al. 2013): every pair of *resolved
+reference* atoms that lie in *different residues* and are closer than the inclusion radius
+(``d_ref < 15`` Å) is scored; a pair is conserved at threshold ``t`` when
 ``|d_pred - d_ref| < t``, for ``t`` in 0.5, 1, 2, 4 Å. Global lDDT = conserved pair-thresholds
-pooled over all pairs / (4 x number of pairs). A pair with a missing model atom counts as not
-conserved. Per-residue lDDT is the same ratio over the pairs that involve the residue's atoms.
-:func:`lddt_ca` is the special case of one atom (Cα) per residue. The all-atom form does not
-resolve symmetric side-chain atom names (ASP/GLU/PHE/TYR/ARG), which OpenStructure does; it is
-exact for Cα and backbone atoms.
+pooled over all pairs / (4 x number of pairs) (not a mean of per-residue scores). A pair with a
+missing model atom counts as not conserved. Per-residue lDDT of residue ``r`` is the same ratio
+over the pairs with one atom in ``r`` (NaN when ``r`` has none). :func:`lddt_ca` is the case of
+one atom (Cα) per residue (``compare-structures -ca``). :func:`lddt_all_atom` scores every heavy
+atom (atom37; hydrogens are not part of the layout) after resolving symmetric side-chain names
+like OpenStructure's ``check_and_swap``: for each ASP (OD1/OD2), GLU (OE1/OE2), PHE and TYR
+(CD1/CD2 with CE1/CE2), ARG (NH1/NH2) and, in 2.3.1, also LEU (CD1/CD2) and VAL (CG1/CG2)
+residue, the thresholds conserved between its ambiguous atoms and all *unambiguous* atoms of
+other residues within 15 Å are counted with the model's names as given and swapped; the model's
+names are swapped where that count is strictly higher. OXT is an ordinary atom: a reference
+OXT that the model lacks counts as not conserved (OpenStructure removes only hydrogens by
+default). Measured against compare-structures on real pairs: |Δ| < 1e-4 (it computes in single
+precision; residues it does not know, e.g. UNK, it drops, while these functions score whatever
+the masks select).
 
 *TM-score* (:func:`tm_score`, Zhang & Skolnick 2004):
 ``max over superpositions of (1/L) sum_i 1 / (1 + (d_i / d0)^2)`` with
@@ -49,8 +60,10 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-LDDT_THRESHOLDS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-LDDT_INCLUSION_RADIUS: float = 15.0
+from foldworks.evaluate.lddt import (  # noqa: F401  (re-exported: one import for all metrics)
+    LDDT_INCLUSION_RADIUS, LDDT_THRESHOLDS, SYMMETRIC_ATOMS, lddt, lddt_all_atom, lddt_ca,
+)
+
 GDT_TS_CUTOFFS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 GDT_HA_CUTOFFS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 _SEARCH_CUTOFFS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -119,83 +132,18 @@ def rmsd(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray | None = None) -> n
     return float(value) if np.ndim(value) == 0 else value
 
 
-# ----------------------------------------------------------------------------------------- lDDT
-
-def lddt(
-    pred: np.ndarray,
-    ref: np.ndarray,
-    ref_mask: np.ndarray,
-    pred_mask: np.ndarray | None = None,
-    per_residue: bool = False,
-    inclusion_radius: float = LDDT_INCLUSION_RADIUS,
-    thresholds: Sequence[float] = LDDT_THRESHOLDS,
-) -> np.ndarray | float:
-    """lDDT of ``pred [..., L, A, 3]`` against ``ref [L, A, 3]`` (see module docstring).
-
-    ``ref_mask [L, A]``: resolved reference atoms; ``pred_mask [..., L, A]``: atoms present in the
-    model (default: all). Returns the global score (float, or ``[...]`` for a batch of models),
-    or with ``per_residue=True`` an array ``[..., L]`` that is NaN for residues without scored
-    pairs. A reference without any scored pair gives NaN.
-    """
+def rmsd_heavy(pred: np.ndarray, ref: np.ndarray, ref_mask: np.ndarray,
+               pred_mask: np.ndarray | None = None) -> np.ndarray | float:
+    """All-heavy-atom RMSD (Å) of atom37 models ``pred [..., L, 37, 3]`` against ``ref [L, 37, 3]``
+    after the optimal superposition of the atoms present in both (``ref_mask [L, 37]``,
+    ``pred_mask [..., L, 37]``); atoms are paired by name as given (no symmetry swaps)."""
     pred = np.asarray(pred, np.float64)
-    ref = np.asarray(ref, np.float64)
-    n_res, n_atom = ref.shape[:2]
-    batch_shape = pred.shape[:-3]
-    keep = np.flatnonzero(np.asarray(ref_mask, bool).reshape(-1))
-    residue_of = (keep // n_atom).astype(np.int64)
-    ref_xyz = ref.reshape(-1, 3)[keep]
-    pred_xyz = pred.reshape(-1, n_res * n_atom, 3)[:, keep]
-    if pred_mask is None:
-        present = np.ones(pred_xyz.shape[:2], bool)
-    else:
-        present = np.broadcast_to(np.asarray(pred_mask, bool), pred.shape[:-1])
-        present = present.reshape(-1, n_res * n_atom)[:, keep]
-    conserved, total = _lddt_counts(pred_xyz, present, ref_xyz, residue_of, n_res,
-                                    inclusion_radius, tuple(thresholds))
-    n_t = len(thresholds)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if per_residue:
-            scores = conserved / (n_t * total[None, :])
-            return scores.reshape(*batch_shape, n_res)
-        scores = conserved.sum(-1) / (n_t * total.sum())
-    scores = scores.reshape(batch_shape)
-    return float(scores) if scores.ndim == 0 else scores
-
-
-def _lddt_counts(
-    pred_xyz: np.ndarray, present: np.ndarray, ref_xyz: np.ndarray, residue_of: np.ndarray,
-    n_res: int, radius: float, thresholds: tuple[float, ...],
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-residue conserved pair-thresholds ``[B, L]`` and scored pairs ``[L]`` (row chunks)."""
-    n_models, n = pred_xyz.shape[:2]
-    conserved = np.zeros((n_models, n_res))
-    total = np.zeros(n_res)
-    step = max(1, 2_000_000 // max(n * n_models, 1))
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
-        d_ref = np.linalg.norm(ref_xyz[rows, None, :] - ref_xyz[None, :, :], axis=-1)
-        pairs = (d_ref < radius) & (residue_of[rows, None] != residue_of[None, :])
-        d_pred = np.linalg.norm(pred_xyz[:, rows, None, :] - pred_xyz[:, None, :, :], axis=-1)
-        diff = np.abs(d_pred - d_ref[None])
-        both = present[:, rows, None] & present[:, None, :] & pairs[None]
-        hits = sum((diff < t).astype(np.int64) for t in thresholds) * both
-        # Each unordered pair is visited twice (i,j) and (j,i): credit it to both residues once.
-        row_res = residue_of[rows]
-        total += np.bincount(row_res, weights=pairs.sum(-1), minlength=n_res)
-        for b in range(n_models):
-            conserved[b] += np.bincount(row_res, weights=hits[b].sum(-1), minlength=n_res)
-    return conserved, total
-
-
-def lddt_ca(
-    pred_ca: np.ndarray, ref_ca: np.ndarray, ref_mask: np.ndarray,
-    pred_mask: np.ndarray | None = None, per_residue: bool = False,
-) -> np.ndarray | float:
-    """lDDT on Cα atoms only: ``pred_ca [..., L, 3]``, ``ref_ca [L, 3]``, masks ``[L]``."""
-    pred_ca = np.asarray(pred_ca)
-    mask = None if pred_mask is None else np.asarray(pred_mask)[..., None]
-    return lddt(pred_ca[..., None, :], np.asarray(ref_ca)[:, None, :],
-                np.asarray(ref_mask)[:, None], mask, per_residue)
+    n_res, n_atom = np.shape(ref)[:2]
+    both = np.asarray(ref_mask, bool) & (True if pred_mask is None else np.asarray(pred_mask, bool))
+    both = np.broadcast_to(both, pred.shape[:-1]).reshape(*pred.shape[:-3], n_res * n_atom)
+    flat_ref = np.nan_to_num(np.asarray(ref, np.float64)).reshape(n_res * n_atom, 3)
+    flat_pred = np.nan_to_num(pred).reshape(*pred.shape[:-3], n_res * n_atom, 3)
+    return rmsd(flat_pred, np.broadcast_to(flat_ref, flat_pred.shape), both)
 
 
 # -------------------------------------------------------------------- TM-score / GDT search

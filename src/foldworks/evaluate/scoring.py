@@ -30,6 +30,10 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "rmsd_ca", "lddt_ca", "gdt_ts", "gdt_ha", "tm_score", "mean_plddt",
 )
 
+#: Columns of ``results/metrics/residues/*.tsv``: one row per resolved reference residue
+#: (``residue`` = 1-based index along the full sequence, ``plddt`` 0-100 from the B-factor).
+RESIDUE_COLUMNS: tuple[str, ...] = ("target", "residue", "plddt", "lddt_ca")
+
 #: Recognised ``--params`` keys (config slice ``evaluate``) and their defaults.
 DEFAULT_PARAMS: dict[str, Any] = {"baseline": "helix"}
 
@@ -158,11 +162,23 @@ def score_prediction(prediction: Prediction, reference: Reference) -> dict[str, 
     }
 
 
-def score_file(prediction_path: Path, features_dir: Path, target: str) -> dict[str, Any]:
-    """Score ``prediction_path`` against ``{features_dir}/{target}.npz``."""
+def residue_rows(prediction: Prediction, reference: Reference) -> list[dict[str, Any]]:
+    """Per-residue rows (columns :data:`RESIDUE_COLUMNS`) for the resolved reference residues:
+    the model's pLDDT and the residue's lDDT-Cα (0 where the model lacks its Cα)."""
+    per_residue = metrics.lddt_ca(np.nan_to_num(prediction.ca), reference.ca, reference.resolved,
+                                  prediction.present, per_residue=True)
+    return [{"target": reference.target, "residue": int(index) + 1,
+             "plddt": float(prediction.plddt[index]), "lddt_ca": float(per_residue[index])}
+            for index in np.flatnonzero(reference.resolved)]
+
+
+def score_file(prediction_path: Path, features_dir: Path, target: str
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Score ``prediction_path`` against ``{features_dir}/{target}.npz``: the metric row and the
+    per-residue rows."""
     reference = load_reference(features_dir / f"{target}.npz", target)
     prediction = read_prediction(prediction_path, target, reference.length, reference.sequence)
-    return score_prediction(prediction, reference)
+    return score_prediction(prediction, reference), residue_rows(prediction, reference)
 
 
 def format_value(value: Any) -> str:
@@ -177,6 +193,13 @@ def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
     ordered = sorted(rows, key=lambda row: row["target"])
     cells = [[format_value(row[column]) for column in METRIC_COLUMNS] for row in ordered]
     write_tsv_atomic(path, METRIC_COLUMNS, cells)
+
+
+def write_residues(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write per-residue rows sorted by target and residue (atomic, 4-decimal floats)."""
+    ordered = sorted(rows, key=lambda row: (row["target"], row["residue"]))
+    cells = [[format_value(row[column]) for column in RESIDUE_COLUMNS] for row in ordered]
+    write_tsv_atomic(path, RESIDUE_COLUMNS, cells)
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:

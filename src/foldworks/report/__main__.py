@@ -3,10 +3,12 @@
     python -m foldworks.report --metrics results/metrics/A.tsv results/metrics/B.tsv \\
         --baseline results/metrics/baseline.tsv --train-metrics results/metrics/train/*.tsv \\
         --train-logs results/checkpoints/A/metrics.csv ... \\
+        --residues results/metrics/residues/A.tsv ... \\
         --summary results/summary.tsv --plots-dir results/plots [--params '{"seed": 0}']
 
 Experiment names come from the file names (``A.tsv`` → ``A``, ``checkpoints/A/metrics.csv`` →
-``A``); train tables are matched to experiments (and ``baseline``) by name.
+``A``); train tables are matched to experiments (and ``baseline``) by name. ``--residues``
+tables (target, residue, plddt, lddt_ca) feed the pLDDT calibration plot.
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def read_logs(paths: list[Path]) -> dict[str, pd.DataFrame]:
     return logs
 
 
+def read_residues(paths: list[Path]) -> dict[str, pd.DataFrame]:
+    """``{experiment: per-residue table}`` from ``metrics/residues/{experiment}.tsv`` files."""
+    tables = {}
+    for path in paths:
+        frame = pd.read_csv(path, sep="\t", dtype={"target": str}, keep_default_na=False, na_values=[""])
+        missing = {"target", "residue", "plddt", "lddt_ca"} - set(frame.columns)
+        if missing:
+            raise ValueError(f"per-residue table {path}: missing columns {sorted(missing)}")
+        tables[experiment_name(path)] = frame
+    return tables
+
+
 def run(args: argparse.Namespace) -> None:
     params = {**DEFAULT_PARAMS, **json.loads(args.params or "{}")}
     tables = read_tables(args.metrics)
@@ -68,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
     plots.plot_vs_length(with_baseline, plots_dir / "lddt_ca_vs_length.png")
     plots.plot_training_curves(logs, plots_dir / "training_curves.png")
     plots.plot_per_target(tables, baseline, plots_dir / "per_target_comparison.png")
+    plots.plot_calibration(read_residues(args.residues), plots_dir / "plddt_calibration.png")
     log.info("plots written to %s", plots_dir)
 
 
@@ -78,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", required=True, type=Path, help="results/metrics/baseline.tsv")
     parser.add_argument("--train-metrics", nargs="*", default=[], type=Path)
     parser.add_argument("--train-logs", nargs="*", default=[], type=Path)
+    parser.add_argument("--residues", nargs="*", default=[], type=Path,
+                        help="results/metrics/residues/NAME.tsv (pLDDT calibration)")
     parser.add_argument("--summary", required=True, type=Path, help="results/summary.tsv")
     parser.add_argument("--plots-dir", required=True, type=Path, help="results/plots")
     parser.add_argument("--params", default="{}",

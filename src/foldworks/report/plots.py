@@ -4,12 +4,16 @@
 - ``lddt_ca_vs_length.png``: lDDT-Cα against chain length (residues).
 - ``training_curves.png``: training loss and validation lDDT-Cα against optimiser step.
 - ``per_target_comparison.png``: each experiment's per-target lDDT-Cα against the baseline's.
+- ``plddt_calibration.png``: predicted confidence (pLDDT, per residue) against per-residue
+  lDDT-Cα (x 100), with the mean lDDT-Cα per 10-point pLDDT bin; perfect calibration is y = x.
 """
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
+
+import numpy as np
 from typing import Mapping
 
 import matplotlib
@@ -24,8 +28,10 @@ from foldworks.fsutil import atomic_path  # noqa: E402
 
 PLOT_FILES: tuple[str, ...] = (
     "lddt_ca_distribution.png", "lddt_ca_vs_length.png", "training_curves.png",
-    "per_target_comparison.png",
+    "per_target_comparison.png", "plddt_calibration.png",
 )
+CALIBRATION_BINS: tuple[float, ...] = tuple(float(x) for x in range(0, 101, 10))  #: pLDDT bin edges
+_MAX_POINTS = 20_000  # residues drawn per experiment (a fixed-seed sample; the bins use all)
 _DPI = 120
 
 
@@ -110,4 +116,50 @@ def plot_per_target(tables: Mapping[str, pd.DataFrame], baseline: pd.DataFrame,
                                  for name in tables if name in better.index), fontsize=9)
     axis.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
     axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="baseline lDDT-Cα", ylabel="experiment lDDT-Cα")
+    save_figure(figure, path)
+
+
+def calibration_table(residues: pd.DataFrame) -> pd.DataFrame:
+    """Mean per-residue lDDT-Cα (x 100) and residue count per pLDDT bin (:data:`CALIBRATION_BINS`).
+
+    ``residues`` has columns ``plddt`` (0-100) and ``lddt_ca`` (0-1); rows with either missing
+    are dropped. Returns columns ``bin_low, bin_high, plddt_mean, lddt_ca_mean, n_residues``.
+    """
+    data = residues.dropna(subset=["plddt", "lddt_ca"])
+    edges = np.asarray(CALIBRATION_BINS)
+    index = np.clip(np.digitize(data["plddt"], edges) - 1, 0, len(edges) - 2)
+    grouped = data.assign(bin=index).groupby("bin")
+    table = pd.DataFrame({"plddt_mean": grouped["plddt"].mean(),
+                          "lddt_ca_mean": 100.0 * grouped["lddt_ca"].mean(),
+                          "n_residues": grouped.size()})
+    table.insert(0, "bin_high", edges[table.index + 1])
+    table.insert(0, "bin_low", edges[table.index])
+    return table.reset_index(drop=True)
+
+
+def plot_calibration(residues: Mapping[str, pd.DataFrame], path: str | Path) -> None:
+    """pLDDT (x) against per-residue lDDT-Cα x 100 (y) per experiment: residues as faint points,
+    binned means as lines, the diagonal y = x, and Pearson r per experiment in the legend."""
+    figure, axis = plt.subplots(figsize=(5.5, 5.0))
+    drawn = 0
+    palette = sns.color_palette(n_colors=max(1, len(residues)))
+    for colour, (name, table) in zip(palette, residues.items()):
+        data = table.dropna(subset=["plddt", "lddt_ca"])
+        if data.empty:
+            continue
+        drawn += 1
+        shown = data.sample(min(len(data), _MAX_POINTS), random_state=0)
+        axis.scatter(shown["plddt"], 100.0 * shown["lddt_ca"], s=4, alpha=0.15, color=colour,
+                     linewidths=0)
+        bins = calibration_table(data)
+        r = float(np.corrcoef(data["plddt"], data["lddt_ca"])[0, 1]) if len(data) > 2 else float("nan")
+        axis.plot(bins["plddt_mean"], bins["lddt_ca_mean"], marker="o", color=colour,
+                  label=f"{name} (r = {r:.2f}, {len(data)} residues)")
+    if drawn == 0:
+        axis.text(0.5, 0.5, "no per-residue pLDDT", ha="center", va="center", transform=axis.transAxes)
+    else:
+        axis.legend(fontsize=8, loc="upper left")
+    axis.plot([0, 100], [0, 100], color="grey", linestyle="--", linewidth=1)
+    axis.set(xlim=(0, 100), ylim=(0, 100), xlabel="predicted pLDDT (per residue)",
+             ylabel="lDDT-Cα x 100 (per residue, test targets)")
     save_figure(figure, path)
