@@ -197,7 +197,7 @@ def test_model_numbering_starts_at_21_1crr(parse, pdb_mirror: Path) -> None:
     ca = p.arrays["A"]["atom_positions"][:, CA_INDEX]
     for label_seq, xyz in expected.items():
         np.testing.assert_allclose(ca[label_seq - 1], xyz, atol=1e-4)
-    assert {"name": "GDP", "chain": "A", "count": 1} in p.ligands
+    assert {"name": "GDP", "chain": "A", "count": 1, "kind": "ligand"} in p.ligands
 
 
 def test_models_with_different_atom_counts_2axd(parse, pdb_mirror: Path) -> None:
@@ -267,9 +267,9 @@ def test_hydrogens_deuterium_and_heavy_water_removed_5pti(parse, pdb_mirror: Pat
     nearest = np.min(np.linalg.norm(placed[:, None, :] - h_xyz[None, :, :], axis=-1), axis=1)
     assert nearest.min() > 0.5  # no placed atom sits on a hydrogen/deuterium position
     assert p.method == "X-RAY DIFFRACTION+NEUTRON DIFFRACTION"
-    assert {lig["name"] for lig in p.ligands} == {"PO4", "UNX"}  # 63 DOD waters removed
+    assert {lig["name"] for lig in p.ligands} == {"UNX"}  # 63 DOD waters and PO4 (aid) removed
     with_waters = parse("5pti", remove_waters=False)
-    assert {"chain": "A", "name": "DOD", "count": 63} in with_waters.ligands
+    assert {"chain": "A", "name": "DOD", "count": 63, "kind": "water"} in with_waters.ligands
 
 
 def test_modified_residue_tys_to_tyr_1a4w(parse, pdb_mirror: Path) -> None:
@@ -291,7 +291,8 @@ def test_chromophore_without_ca_is_unresolved_1ema(parse, manifest) -> None:
 
 def test_ligands_recorded_3nzd(parse) -> None:
     p = parse("3nzd")
-    assert p.ligands == [{"chain": "A", "name": "D2Q", "count": 1}, {"chain": "A", "name": "NDP", "count": 1}]
+    assert p.ligands == [{"chain": "A", "name": "D2Q", "count": 1, "kind": "ligand"},
+                         {"chain": "A", "name": "NDP", "count": 1, "kind": "ligand"}]
 
 
 def test_legacy_pdb_input_1ubi(parse, pdb_mirror: Path, tmp_path: Path) -> None:
@@ -361,3 +362,58 @@ def test_stage_modules_do_not_import_torch() -> None:
     code = "import sys, foldworks.parse, foldworks.fetch, foldworks.fetch.manifest; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr
+
+
+# ---------------------------------------------------------------- added cleaning behaviours
+
+
+def test_crystallization_aids_removed_from_diffraction_entries_5kc1(parse) -> None:
+    # 5KC1 (X-ray) holds EDO, SO4 and IOD (AF3 crystallisation aids) next to NA/CL/NH4 ions and NO3.
+    kept = {(lig["name"], lig["kind"]) for lig in parse("5kc1").ligands}
+    assert kept == {("CL", "ion"), ("NA", "ion"), ("NH4", "ion"), ("NO3", "ligand")}
+    raw = {lig["name"] for lig in parse("5kc1", remove_crystallization_aids=False).ligands}
+    assert {"EDO", "SO4", "IOD"} <= raw
+
+
+def test_ions_and_ligands_kinds_1hml_6yfy(parse) -> None:
+    assert parse("1hml").ligands == [{"chain": "A", "name": "CA", "count": 1, "kind": "ion"},
+                                     {"chain": "A", "name": "ZN", "count": 1, "kind": "ion"}]  # SO4 removed
+    kinds = {(lig["name"], lig["kind"]) for lig in parse("6yfy").ligands}  # solid-state NMR: no aid removal
+    assert ("NAG", "branched") in kinds and ("2PO", "ligand") in kinds
+
+
+def test_unknown_residue_is_x_with_backbone_kept_5eil(parse, pdb_mirror: Path) -> None:
+    # 5EIL position 10 is BP5 (a bipyridyl amino acid without a standard parent) -> X, aatype 20,
+    # resolved, and only its N/CA/C/O atoms have atom37 slots.
+    st = gemmi.read_structure(str(pdb_mirror / "5eil.cif.gz"))
+    assert [r.label_seq for r in st[0]["A"] if r.name == "BP5"] == [10]
+    p = parse("5eil")
+    a = p.arrays["A"]
+    assert _chain(p, "A")["sequence"][9] == "X" and a["aatype"][9] == 20 and a["residue_mask"][9]
+    assert sorted(np.nonzero(a["atom_mask"][9])[0].tolist()) == sorted(ATOM_ORDER[n] for n in ("N", "CA", "C", "O"))
+
+
+def test_phosphotyrosine_maps_to_tyr_without_phosphate_2src(parse, pdb_mirror: Path) -> None:
+    st = gemmi.read_structure(str(pdb_mirror / "2src.cif.gz"))
+    ptr = [r for r in st[0]["A"] if r.name == "PTR"]
+    assert len(ptr) == 1
+    i = ptr[0].label_seq - 1
+    a = parse("2src").arrays["A"]
+    assert _chain(parse("2src"), "A")["sequence"][i] == "Y"
+    tyr_atoms = {"N", "CA", "C", "O", "CB", "CG", "CD1", "CD2", "CE1", "CE2", "CZ", "OH"}
+    assert {n for n in tyr_atoms if a["atom_mask"][i, ATOM_ORDER[n]]} == tyr_atoms
+    assert a["atom_mask"][i].sum() == len(tyr_atoms)  # P, O1P, O2P, O3P have no slot
+
+
+@pytest.mark.parametrize("cut", ["gzip_stream", "mid_atom_site"])
+def test_truncated_real_file_gives_failed_record_1aki(cut: str, pdb_mirror: Path, tmp_path: Path) -> None:
+    data = (pdb_mirror / "1aki.cif.gz").read_bytes()
+    text = gzip.decompress(data)
+    broken = data[: len(data) // 2] if cut == "gzip_stream" else gzip.compress(text[: text.index(b"ATOM   500 ")])
+    path = tmp_path / "1aki.cif.gz"
+    path.write_bytes(broken)
+    p = parse_entry(path, "1aki")
+    if cut == "gzip_stream":
+        assert p.status == "failed" and p.reason.startswith("entry 1aki: ") and "\n" not in p.reason
+    else:  # a cut at a row boundary is still a valid file: fewer residues resolved, never silently full
+        assert p.status == "ok" and 0 < _chain(p, "A")["n_resolved"] < 129

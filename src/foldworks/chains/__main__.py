@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from foldworks.chains.splits import add_clusters_and_splits, check_no_leakage
-from foldworks.chains.table import apply_filters, read_parsed_records, rows_to_frame
+from foldworks.chains.leakage import LeakageError, check_no_leakage
+from foldworks.chains.splits import add_clusters_and_splits
+from foldworks.chains.table import EmptyDatasetError, apply_filters, read_parsed_records, rows_to_frame
 from foldworks.fsutil import atomic_path, write_bytes_atomic, write_tsv_atomic
 from foldworks.logutil import setup_logging
 
@@ -25,8 +27,16 @@ DEFAULTS = {
     "filters": {"molecule_types": ["protein"], "length_min": 20, "length_max": 300,
                 "min_resolved_fraction": 0.5},
     "clustering": {"min_seq_id": 0.4, "coverage": 0.8},
-    "splits": {"val": 0.1, "test": 0.15, "seed": 0},
+    "splits": {"val": 0.1, "test": 0.15, "seed": 0, "test_release_after": None},
 }
+
+
+def merge_params(overrides: dict) -> dict:
+    """``DEFAULTS`` updated per section with ``overrides`` (the config slice ``chains``)."""
+    unknown = sorted(set(overrides) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown chains section(s) {unknown}")
+    return {name: {**section, **(overrides.get(name) or {})} for name, section in DEFAULTS.items()}
 
 
 def write_query_fastas(frame: pd.DataFrame, sequences_dir: Path) -> int:
@@ -50,7 +60,7 @@ def fasta_of_passed(frame: pd.DataFrame) -> bytes:
     return "".join(f">{h}\n{s}\n" for h, s in zip(passed["sequence_hash"], passed["sequence"])).encode()
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m foldworks.chains", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parsed", nargs="+", required=True, help="parse-stage JSON files")
@@ -60,19 +70,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--failures", required=True, type=Path)
     parser.add_argument("--params", default="{}", help="config slice `chains` as JSON")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    setup_logging("chains")
+    return parser
 
-    params = {**DEFAULTS, **json.loads(args.params)}
+
+def run(args: argparse.Namespace, params: dict) -> None:
+    """Build, filter, cluster, split and leakage-check the chain table; write every output."""
     rows, failures = read_parsed_records(args.parsed)
     for failure in failures:
         log.warning("entry %s skipped: %s", failure["entry"], failure["reason"])
+    if not rows:
+        raise EmptyDatasetError(f"no chains: all {len(failures)} parsed entries failed (see their reasons above)")
     frame = apply_filters(rows_to_frame(rows), params["filters"])
-    clustering, splits = params["clustering"], params["splits"]
-    frame = add_clusters_and_splits(
-        frame, float(clustering["min_seq_id"]), float(clustering["coverage"]),
-        {"val": float(splits["val"]), "test": float(splits["test"])}, int(splits["seed"]), args.threads)
-    check_no_leakage(frame)
+    min_seq_id, coverage = float(params["clustering"]["min_seq_id"]), float(params["clustering"]["coverage"])
+    frame = add_clusters_and_splits(frame, min_seq_id, coverage, params["splits"], args.threads)
+    check_no_leakage(frame, min_seq_id, coverage, args.threads)
 
     with atomic_path(args.out_table, suffix=".parquet") as tmp:
         frame.to_parquet(tmp, index=False)
@@ -85,5 +96,21 @@ def main(argv: list[str] | None = None) -> None:
              len(frame), int(frame["passed_filters"].sum()), counts, written, len(failures))
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging("chains")
+    try:
+        params = merge_params(json.loads(args.params))
+    except (ValueError, TypeError) as exc:
+        parser.error(f"--params: {exc}")
+    try:
+        run(args, params)
+    except (EmptyDatasetError, LeakageError) as exc:
+        log.error("chains stage failed: %s", exc)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

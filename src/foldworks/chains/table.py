@@ -19,9 +19,11 @@ from foldworks.ids import normalize_entry, sequence_hash
 log = logging.getLogger(__name__)
 
 TABLE_COLUMNS: tuple[str, ...] = (
-    "entry", "chain", "entity_id", "molecule_type", "sequence", "sequence_hash", "length",
-    "n_resolved", "resolved_fraction", "method", "resolution", "release_date",
+    "entry", "chain", "label_asym_id", "entity_id", "molecule_type", "sequence", "sequence_hash", "length",
+    "n_resolved", "resolved_fraction", "method", "resolution", "release_date", "deposition_date", "n_models",
+    "ligands", "ions",
 )
+DATE_COLUMNS: tuple[str, ...] = ("release_date", "deposition_date")
 
 
 class EmptyDatasetError(RuntimeError):
@@ -58,14 +60,27 @@ def _chain_row(entry: str, record: dict[str, Any], chain: dict[str, Any]) -> dic
         "method": str(record.get("method") or ""),
         "resolution": record.get("resolution"),
         "release_date": record.get("release_date"),
+        "deposition_date": record.get("deposition_date"),
+        "n_models": int(record.get("n_models") or 0),
+        "label_asym_id": str(chain.get("label_asym_id", "")),
+        "ligands": _ligand_names(record, ion=False),
+        "ions": _ligand_names(record, ion=True),
     }
+
+
+def _ligand_names(record: dict[str, Any], ion: bool) -> str:
+    """Comma-separated sorted CCD names of the entry's ions (``ion``) or other ligands/glycans."""
+    names = {str(lig["name"]) for lig in record.get("ligands") or []
+             if lig.get("kind") != "water" and (lig.get("kind") == "ion") == ion}
+    return ",".join(sorted(names))
 
 
 def rows_to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Chain rows → DataFrame with fixed column order and dtypes (``resolution`` float, NaN if none)."""
     frame = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     frame["resolution"] = pd.to_numeric(frame["resolution"], errors="coerce").astype("float64")
-    frame["release_date"] = frame["release_date"].astype("string")
+    for column in DATE_COLUMNS:
+        frame[column] = frame[column].astype("string")
     return frame.sort_values(["entry", "chain"], kind="stable").reset_index(drop=True)
 
 

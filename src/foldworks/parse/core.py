@@ -6,6 +6,11 @@ Cleaning rules: :mod:`foldworks.parse.atoms` (placement, altlocs, MSE) and
 :mod:`foldworks.parse.residues` (sequence letters, molecule types); metadata:
 :mod:`foldworks.parse.metadata`. Hydrogens/deuterium and waters are removed with gemmi
 (``remove_hydrogens`` / ``remove_waters``); only the first model present is kept (1CRR starts at 21).
+Crystallisation aids (:data:`CRYSTALLIZATION_AIDS`, the AlphaFold 3 list) are removed from
+crystallographic entries (any method containing ``DIFFRACTION`` or ``CRYSTALLOGRAPHY``), as AF3
+does. Every remaining non-polymer/branched residue is recorded in ``ligands`` with a ``kind``:
+``ion`` (a single heavy atom, e.g. ``ZN``, ``NA``, ``CL``), ``branched`` (glycan entity),
+``ligand`` (anything else), or ``water`` (only with ``remove_waters: false``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from foldworks.parse.metadata import can_sequences, entry_metadata
 LOG = logging.getLogger(__name__)
 
 LIGAND_ENTITY_TYPES = (gemmi.EntityType.NonPolymer, gemmi.EntityType.Branched)
+# AlphaFold 3 supplement, Table 9 ("crystallization aids").
+CRYSTALLIZATION_AIDS = frozenset({"SO4", "GOL", "EDO", "PO4", "ACT", "PEG", "DMS", "TRS", "PGE", "PG4",
+                                  "FMT", "EPE", "MPD", "MES", "CD", "IOD"})
+CRYSTALLOGRAPHIC_METHOD_WORDS = ("DIFFRACTION", "CRYSTALLOGRAPHY")
 PDB_SUFFIXES = (".pdb", ".pdb.gz", ".ent", ".ent.gz")
 
 
@@ -42,6 +51,7 @@ class ParseOptions:
     mse_to_met: bool = True
     remove_hydrogens: bool = True
     remove_waters: bool = True
+    remove_crystallization_aids: bool = True
     first_model_only: bool = True
 
     @classmethod
@@ -161,12 +171,43 @@ def _chains(st: gemmi.Structure, table: atoms.ModelTable, block: gemmi.cif.Block
     return records, arrays
 
 
+def _ligand_kind(etype: gemmi.EntityType, n_atom_names: int) -> str:
+    if etype == gemmi.EntityType.Water:
+        return "water"
+    if etype == gemmi.EntityType.Branched:
+        return "branched"
+    return "ion" if n_atom_names == 1 else "ligand"
+
+
 def _ligands(table: atoms.ModelTable, keep_waters: bool) -> list[dict[str, Any]]:
-    """``[{chain, name, count}]`` of non-polymer/branched residues (and waters if kept), sorted."""
+    """``[{chain, name, count, kind}]`` of non-polymer/branched residues (and waters if kept), sorted.
+
+    ``kind`` is ``ion`` for a residue with one distinct heavy-atom name (altlocs of one ion count once).
+    """
     wanted = LIGAND_ENTITY_TYPES + ((gemmi.EntityType.Water,) if keep_waters else ())
-    counts: collections.Counter[tuple[str, str]] = collections.Counter(
-        (table.chain[rid], table.res_name[rid]) for rid, etype in enumerate(table.entity_type) if etype in wanted)
-    return [{"chain": c, "name": n, "count": k} for (c, n), k in sorted(counts.items())]
+    pairs = np.unique(table.res_index.astype(np.int64) * 65536 + np.unique(table.atom_name, return_inverse=True)[1].ravel())
+    n_names = np.bincount(pairs // 65536, minlength=len(table.res_name))
+    counts: collections.Counter[tuple[str, str, str]] = collections.Counter(
+        (table.chain[rid], table.res_name[rid], _ligand_kind(etype, int(n_names[rid])))
+        for rid, etype in enumerate(table.entity_type) if etype in wanted)
+    return [{"chain": c, "name": n, "count": k, "kind": kind} for (c, n, kind), k in sorted(counts.items())]
+
+
+def is_crystallographic(method: str | None) -> bool:
+    """True when any ``+``-joined part of ``method`` is a diffraction/crystallography method."""
+    return bool(method) and any(word in method.upper() for word in CRYSTALLOGRAPHIC_METHOD_WORDS)
+
+
+def remove_crystallization_aids(model: gemmi.Model) -> int:
+    """Delete non-polymer residues named in :data:`CRYSTALLIZATION_AIDS` from ``model``; return the count."""
+    removed = 0
+    for chain in model:
+        for index in range(len(chain) - 1, -1, -1):
+            res = chain[index]
+            if res.name in CRYSTALLIZATION_AIDS and res.entity_type != gemmi.EntityType.Polymer:
+                del chain[index]
+                removed += 1
+    return removed
 
 
 def _parse(path: Path, entry: str, opts: ParseOptions) -> ParsedEntry:
@@ -174,6 +215,7 @@ def _parse(path: Path, entry: str, opts: ParseOptions) -> ParsedEntry:
     st = gemmi.make_structure_from_block(block)
     if len(st) == 0 or st[0].count_atom_sites() == 0:
         raise ParseError("no _atom_site records")
+    metadata = entry_metadata(block, entry)
     n_models = len(st)
     for index in range(len(st) - 1, 0, -1):  # first model present only (1CRR: model 21)
         del st[index]
@@ -181,13 +223,18 @@ def _parse(path: Path, entry: str, opts: ParseOptions) -> ParsedEntry:
         st.remove_hydrogens()
     if opts.remove_waters:
         st.remove_waters()
+    if opts.remove_crystallization_aids and is_crystallographic(metadata["method"]):
+        removed = remove_crystallization_aids(st[0])
+        if removed:
+            LOG.info("entry %s: removed %d crystallisation-aid residues", entry, removed)
+    st.remove_empty_chains()
     table = atoms.model_table(st[0], st)
     records, arrays = _chains(st, table, block, entry, opts)
     if not records:
         raise ParseError("no polymer chains")
     parsed = ParsedEntry(entry=entry, n_models=n_models, chains=records, arrays=arrays,
                          ligands=_ligands(table, not opts.remove_waters))
-    for key, value in entry_metadata(block, entry).items():
+    for key, value in metadata.items():
         setattr(parsed, key, value)
     return parsed
 
