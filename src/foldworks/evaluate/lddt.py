@@ -44,13 +44,33 @@ def _swap_table() -> tuple[np.ndarray, np.ndarray]:
 SWAP_PARTNER, AMBIGUOUS = _swap_table()
 
 
+_PAIR_CACHE: dict[tuple[bytes, bytes, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_PAIR_CACHE_SIZE = 4  # references whose pair lists are kept (many models against one reference)
+
+
 def reference_pairs(
     ref_xyz: np.ndarray, residue_of: np.ndarray, radius: float = LDDT_INCLUSION_RADIUS,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scored pairs of reference atoms ``ref_xyz [N, 3]``: indices ``i < j`` ``[P]`` of atoms in
     different residues (``residue_of [N]``, non-decreasing) closer than ``radius`` Å, and their
-    distance ``[P]`` (Å)."""
-    xyz = np.asarray(ref_xyz, np.float64)
+    distance ``[P]`` (Å). The lists of the last few references are reused (read-only arrays)."""
+    xyz = np.ascontiguousarray(ref_xyz, np.float64)
+    key = (xyz.tobytes(), np.ascontiguousarray(residue_of, np.int64).tobytes(), float(radius))
+    found = _PAIR_CACHE.get(key)
+    if found is None:
+        found = _reference_pairs(xyz, np.asarray(residue_of), float(radius))
+        for array in found:
+            array.flags.writeable = False
+        if len(_PAIR_CACHE) >= _PAIR_CACHE_SIZE:
+            _PAIR_CACHE.pop(next(iter(_PAIR_CACHE)))
+        _PAIR_CACHE[key] = found
+    return found
+
+
+def _reference_pairs(
+    xyz: np.ndarray, residue_of: np.ndarray, radius: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uncached :func:`reference_pairs` (``xyz [N, 3]`` float64)."""
     n = len(xyz)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
