@@ -15,7 +15,7 @@ SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 OVERRIDES := .make/overrides.yaml
 
-.PHONY: demo test setup venv sysdeps lint report clean-results lock help
+.PHONY: demo test setup venv sysdeps testdeps lint report clean-results lock help
 
 help:
 	@echo "make demo   - set up, then run the whole workflow on $(CONFIG)"
@@ -38,6 +38,10 @@ $(VENV)/.installed: requirements.txt requirements.lock pyproject.toml
 sysdeps:
 	@bash workflow/scripts/ensure_tools.sh
 
+# Only the tests need a (throw-away, single-node) Slurm cluster.
+testdeps:
+	@bash workflow/scripts/ensure_slurm.sh
+
 $(OVERRIDES): FORCE
 	@mkdir -p .make
 	@{ echo "# written by make from PDB_SOURCE / EXTRA_FASTA; do not edit"; \
@@ -54,7 +58,7 @@ demo: setup $(OVERRIDES)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores 1 \
 		--configfile $(CONFIG) $(OVERRIDES) --report results/report.html
 
-test: setup
+test: setup testdeps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest $(PYTEST_ARGS)
 
 lint: setup

@@ -41,17 +41,19 @@ def test_fit_writes_outputs_and_is_deterministic(cache: Path, tmp_path: Path) ->
     assert {p.name for p in out.iterdir()} >= {"best.ckpt", "last.ckpt", "metrics.csv", "config.json"}
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "temp files left behind"
     rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert [int(r["step"]) for r in rows] == [3, 6]
-    assert all(0.0 <= float(r["val_lddt_ca"]) <= 1.0 and float(r["train_loss"]) > 0 for r in rows)
+    assert [int(r["step"]) for r in rows] == [0, 3, 6]  # step 0: the untrained model, before any update
+    assert rows[0]["train_loss"] == "" and all(0.0 <= float(r["val_lddt_ca"]) <= 1.0 for r in rows)
+    assert all(float(r["train_loss"]) > 0 for r in rows[1:])
     config = json.loads((out / "config.json").read_text())
     assert config["data"]["val_batch_size"] == 1 and config["trainer"]["lr"] == 1e-3  # defaults filled
     ckpt = load_checkpoint(out / "last.ckpt")  # weights_only=True
     assert ckpt["hyper_parameters"]["config"]["model_config"] == TINY["model_config"]
     assert ckpt["foldworks"]["versions"]["torch"] == torch.__version__
-    assert len(ckpt["foldworks"]["feature_set_hash"]) == 64 and ckpt["global_step"] == 6
+    assert len(ckpt["foldworks"]["feature_set_hash"]) == 64 and ckpt["global_step"] == 6  # final weights
     best = load_checkpoint(out / "best.ckpt")
-    assert max(float(r["val_lddt_ca"]) for r in rows) == pytest.approx(float(best["callbacks"][
+    assert max(float(r["val_lddt_ca"]) for r in rows[1:]) == pytest.approx(float(best["callbacks"][
         next(k for k in best["callbacks"] if k.startswith("ModelCheckpoint"))]["best_model_score"]), abs=1e-5)
+    assert best["global_step"] == int(max(rows[1:], key=lambda r: float(r["val_lddt_ca"]))["step"])
     other = load_checkpoint(tmp_path / "b" / "last.ckpt")
     for key, value in ckpt["state_dict"].items():
         assert torch.equal(value, other["state_dict"][key]), key

@@ -15,7 +15,8 @@ _CONTEXT_VARS: tuple[str, ...] = ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_
 
 def setup_logging(stage: str, level: int = logging.INFO) -> logging.Logger:
     """Configure INFO logging to stderr and log the execution context; return the stage logger."""
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", force=True)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger().setLevel(level)
     logger = logging.getLogger(f"foldworks.{stage}")
     context = " ".join(f"{name}={os.environ.get(name, '-')}" for name in _CONTEXT_VARS)
     logger.info("start %s on %s %s", stage, socket.gethostname(), context)

@@ -26,6 +26,7 @@ import logging
 import sys
 from pathlib import Path
 
+from foldworks.logutil import setup_logging
 from foldworks.evaluate.scoring import (
     EvaluationError, parse_params, score_file, split_targets, write_metrics, write_residues,
 )
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chains", type=Path, help="data/chains.parquet: require every test target")
     parser.add_argument("--params", default="{}", help="config slice `evaluate` as JSON")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("evaluate")
     try:
         parse_params(args.params)
         if not args.predictions.is_dir():

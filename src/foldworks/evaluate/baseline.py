@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foldworks.logutil import setup_logging
 from foldworks.evaluate.scoring import (
     EvaluationError, Prediction, load_reference, parse_params, score_prediction, split_targets,
     write_metrics,
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-out", type=Path, help="train-split baseline TSV")
     parser.add_argument("--params", default="{}", help="config slice `evaluate` as JSON")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("evaluate_baseline")
     try:
         parse_params(args.params)
         outputs = [(args.out, "test")] + ([(args.train_out, "train")] if args.train_out else [])

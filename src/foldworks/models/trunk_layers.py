@@ -7,6 +7,7 @@ coordinates ``x [B, L, 3]`` (Å). Masks are bool; padding never attends or is at
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 _NEG = -1e4
@@ -41,11 +42,11 @@ class GatedAttention(nn.Module):
         q, k, v, g = self.qkvg(h).chunk(4, dim=-1)
         shape = (*x.shape[:-1], self.n_heads, self.head_dim)
         q, k, v = (t.reshape(shape).transpose(-2, -3) for t in (q, k, v))  # [..., H, S, d]
-        logits = q @ k.transpose(-1, -2) / self.head_dim ** 0.5
+        mask_bias = (~key_mask[..., None, None, :]).to(q.dtype) * _NEG  # [..., 1, 1, S]
         if bias is not None:
-            logits = logits + bias
-        logits = logits.masked_fill(~key_mask[..., None, None, :], _NEG)
-        attn = torch.softmax(logits, dim=-1) @ v
+            mask_bias = mask_bias + bias.to(q.dtype)
+        mask_bias = mask_bias.expand(*q.shape[:-1], q.shape[-2])
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bias)  # fused softmax(qk/√d + bias) v
         attn = attn.transpose(-2, -3).reshape(*x.shape[:-1], -1)
         return self.out(attn * torch.sigmoid(g))
 

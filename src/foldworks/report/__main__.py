@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from foldworks.logutil import setup_logging
 from foldworks.ids import InvalidIdentifier
 from foldworks.report import plots
 from foldworks.report.summary import (
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="{}",
                         help="JSON: n_bootstrap (2000), seed (0), confidence (0.95)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("report")
     try:
         run(args)
     except (ValueError, InvalidIdentifier, FileNotFoundError) as exc:

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 
+from foldworks.logutil import setup_logging
 from foldworks.ids import InvalidIdentifier, validate_experiment
 
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, help="results/checkpoints/NAME")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("train")
     try:
         experiment = validate_experiment(args.experiment)
         params = json.loads(args.params)

@@ -1,7 +1,8 @@
 """Fit one experiment: Lightning trainer set-up, atomic checkpoints and ``metrics.csv``.
 
-Outputs in ``out_dir``: ``best.ckpt`` (best ``val_lddt_ca``), ``last.ckpt``, ``metrics.csv``
-(one row per validation: ``step, epoch, train_loss, val_loss, val_lddt_ca``) and ``config.json``.
+Outputs in ``out_dir``: ``best.ckpt`` (best ``val_lddt_ca``), ``last.ckpt`` (final weights),
+``metrics.csv`` (one row per validation: ``step, epoch, train_loss, val_loss, val_lddt_ca``; the first row is
+step 0, the untrained model, with an empty ``train_loss``) and ``config.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class MetricsCSV(Callback):
-    """Rewrites ``metrics.csv`` atomically after each validation; train_loss = mean since the last one."""
+    """Rewrites ``metrics.csv`` atomically after each validation; train_loss = mean since the last one.
+
+    The validation run before training (step 0) has an empty ``train_loss`` cell.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path, self.rows, self._losses = Path(path), [], []
@@ -49,9 +53,9 @@ class MetricsCSV(Callback):
         if trainer.sanity_checking:
             return
         metrics = trainer.callback_metrics
-        train_loss = sum(self._losses) / len(self._losses) if self._losses else float("nan")
+        train_loss = f"{sum(self._losses) / len(self._losses):.6f}" if self._losses else ""
         self._losses = []
-        row = (trainer.global_step, trainer.current_epoch, f"{train_loss:.6f}",
+        row = (trainer.global_step, trainer.current_epoch, train_loss,
                f"{float(metrics['val_loss']):.6f}", f"{float(metrics['val_lddt_ca']):.6f}")
         self.rows.append(row)
         write_tsv_like_csv(self.path, METRICS_HEADER, self.rows)
@@ -96,14 +100,18 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
     log.info("%s: %s model, %d train / %d val chains, %d parameters", experiment, config["model"],
              len(data.train_targets), len(data.val_targets), sum(p.numel() for p in module.parameters()))
     trainer = _make_trainer(config, out_dir, cuda)
+    trainer.validate(module, datamodule=data, verbose=False)  # step-0 row: the untrained model
+    L.seed_everything(seed, workers=True, verbose=False)  # training RNG independent of validation
     trainer.fit(module, datamodule=data)
+    # Lightning's save_last only copies whenever best.ckpt is written: save the final weights here
+    trainer.save_checkpoint(out_dir / "last.ckpt")
     return config
 
 
 def _make_trainer(config: dict[str, Any], out_dir: Path, cuda: bool) -> L.Trainer:
     cfg = config["trainer"]
     checkpoint = ModelCheckpoint(dirpath=out_dir, filename="best", monitor="val_lddt_ca", mode="max",
-                                 save_top_k=1, save_last=True, enable_version_counter=False,
+                                 save_top_k=1, save_last=False, enable_version_counter=False,
                                  auto_insert_metric_name=False)
     return L.Trainer(
         accelerator="gpu" if cuda else "cpu", devices=1, precision="bf16-mixed" if cuda else "32-true",
