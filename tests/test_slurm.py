@@ -110,10 +110,10 @@ def test_gpu_steps_ran_in_gpu_partition_with_a_gpu(slurm_run):
     assert {rule for job in gpu_jobs for rule in rules_of(job)} == GPU_RULES
     for job in gpu_jobs:
         assert job["Partition"] == GPU_PARTITION, job
-        # A device was allocated: the detailed GRES index while the job is known in full, or the
-        # allocated TRES (kept on the record after completion).
-        allocated = re.search(r"gpu:1\(IDX:\d\)", job.get("GRES", "")) or re.search(
-            r"gres/gpu(?::\w+)?=1\b", job.get("TRES", "") + job.get("AllocTRES", ""))
+        # A device was allocated: JOB_GRES (kept on the record after completion) or, while the
+        # job runs, the detailed GRES index.
+        allocated = re.fullmatch(r"gpu(?::\w+)?:1", job.get("JOB_GRES", "")) or re.search(
+            r"gpu:1\(IDX:\d\)", job.get("GRES", ""))
         assert allocated, job
 
 
@@ -123,7 +123,7 @@ def test_cpu_steps_ran_in_cpu_partition_without_gpu(slurm_run):
     assert cpu_jobs
     for job in cpu_jobs:
         assert job["Partition"] == CPU_PARTITION, job
-        assert "gpu" not in job.get("GRES", ""), job
+        assert "gpu" not in job.get("GRES", "") + job.get("JOB_GRES", ""), job
 
 
 def test_per_entry_stages_were_batched(slurm_run):
