@@ -1,5 +1,11 @@
 # Stage 6: one shared Lightning trainer; the experiment names the model family and its config.
 # GPU step: profiles/slurm sends it to a GPU partition.
+#
+# Resume: checkpoints go to results/checkpoints/{experiment}/resume/, which is deliberately NOT an
+# output (Snakemake deletes a failed job's outputs, and a directory() output with its contents), so
+# rerunning the target after a crash, SIGKILL or preemption continues from the newest checkpoint
+# whose config and feature set match. Loader workers = threads - 1; --devices/--num-nodes come
+# from the rule's resources (a multi-task Slurm rule runs `srun -n N python -m foldworks.train ...`).
 
 
 rule train:
@@ -18,6 +24,7 @@ rule train:
     threads: 2
     resources:
         gpu=1,
+        nodes=1,
     conda:
         "../../envs/python.yaml"
     log:
@@ -25,4 +32,4 @@ rule train:
     shell:
         "python -m foldworks.train --experiment {wildcards.experiment} --params {params.cfg:q}"
         " --chains {input.table} --features-dir data/features --out-dir {params.out_dir}"
-        " --threads {threads} 2> {log}"
+        " --threads {threads} --devices {resources.gpu} --num-nodes {resources.nodes} 2> {log}"

@@ -16,16 +16,24 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return torch.load(Path(path), map_location="cpu", weights_only=True)
 
 
-def model_from_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+def model_weights(checkpoint: dict[str, Any], ema: bool = True) -> dict[str, torch.Tensor]:
+    """The model's ``state_dict`` from a checkpoint: the EMA weights when present and ``ema``, else the
+    raw training weights (LightningModule keys minus ``model.``)."""
+    if ema and checkpoint.get("ema_state_dict"):
+        return dict(checkpoint["ema_state_dict"])
+    prefix = "model."
+    return {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+
+
+def model_from_checkpoint(path: str | Path, ema: bool = True) -> tuple[nn.Module, dict[str, Any]]:
     """Rebuild the registered model from the config stored in the checkpoint; returns ``(model, config)``.
 
-    The model is in eval mode on CPU; ``state_dict`` keys are the LightningModule's minus ``model.``.
+    Loads the EMA weights (the ones validation scored) unless ``ema=False`` or the checkpoint has
+    none. The model is in eval mode on CPU.
     """
     checkpoint = load_checkpoint(path)
     config = checkpoint["hyper_parameters"]["config"]
     model = build_model(config["model"], config["model_config"])
-    prefix = "model."
-    state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    model.load_state_dict(state)
+    model.load_state_dict(model_weights(checkpoint, ema))
     model.eval()
     return model, config

@@ -1,26 +1,29 @@
 """Feature-cache data pipeline: chains table → per-chain examples → crops → padded batches.
 
 Examples are numpy dicts with the keys of the model batch (see :mod:`foldworks.models.common`)
-minus the padding masks; :func:`collate` pads them. Training crops and MSA subsamples are a
-pure function of ``(seed, epoch, index)``: the sampler yields ``(epoch, index)`` pairs so the
-same values reach worker processes.
+minus the padding masks; :func:`collate` pads them (``mask`` marks real residues, ``msa_mask``
+real MSA rows). Feature files are read one item at a time (never the whole set up front).
+Training crops and MSA subsamples are a pure function of ``(seed, epoch, slot)`` (see
+:mod:`foldworks.train.sampling`), so the same values reach worker processes and resumed runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import signal
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import lightning as L
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from foldworks.constants import CA_INDEX
 from foldworks.ids import target_id
+from foldworks.train.sampling import TrainBatchSampler, ValBatchSampler
 
 log = logging.getLogger(__name__)
 
@@ -31,57 +34,90 @@ def load_feature_file(path: Path) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
-def select_targets(chains: pd.DataFrame, splits: Sequence[str], features_dir: Path) -> list[tuple[str, Path]]:
-    """``(target, feature path)`` of rows in ``splits`` that passed filters, sorted by target.
+def select_rows(chains: pd.DataFrame, splits: Sequence[str], features_dir: Path) -> pd.DataFrame:
+    """Rows of ``splits`` that passed filters and have a feature file, sorted by target.
 
-    Rows without a feature file are skipped with a warning naming them.
+    Columns ``target, path, length`` (residues) and ``weight`` (``sample_weight``, 1.0 when the
+    table has none). Rows without a feature file are skipped with a warning naming them.
     """
     rows = chains[chains["split"].isin(list(splits))]
     if "passed_filters" in rows:
         rows = rows[rows["passed_filters"].astype(bool)]
-    out, missing = [], []
-    for entry, chain in zip(rows["entry"], rows["chain"]):
-        target = target_id(str(entry), str(chain))
-        path = features_dir / f"{target}.npz"
-        (out if path.exists() else missing).append((target, path))
-    if missing:
+    targets = [target_id(str(e), str(c)) for e, c in zip(rows["entry"], rows["chain"])]
+    lengths = rows["length"] if "length" in rows else rows["sequence"].str.len()
+    weights = rows["sample_weight"] if "sample_weight" in rows else pd.Series(1.0, index=rows.index)
+    table = pd.DataFrame({"target": targets, "path": [features_dir / f"{t}.npz" for t in targets],
+                          "length": lengths.astype(int).to_numpy(), "weight": weights.astype(float).to_numpy()})
+    present = np.array([p.exists() for p in table["path"]], dtype=bool)
+    if (~present).any():
+        missing = table.loc[~present, "target"].tolist()
         log.warning("%d %s chains have no feature file, skipped: %s", len(missing), "/".join(splits),
-                    ", ".join(t for t, _ in missing[:10]))
-    return sorted(out)
+                    ", ".join(missing[:10]))
+    return table[present].sort_values("target").reset_index(drop=True)
+
+
+def select_targets(chains: pd.DataFrame, splits: Sequence[str], features_dir: Path) -> list[tuple[str, Path]]:
+    """``(target, feature path)`` of rows in ``splits`` that passed filters, sorted by target."""
+    table = select_rows(chains, splits, features_dir)
+    return list(zip(table["target"], table["path"]))
 
 
 def feature_set_hash(paths: Sequence[Path]) -> str:
     """SHA-256 over the sorted ``name<TAB>size`` lines of the feature files used."""
     digest = hashlib.sha256()
-    for path in sorted(paths, key=lambda p: p.name):
-        digest.update(f"{path.name}\t{path.stat().st_size}\n".encode())
+    for line in feature_manifest_lines(paths):
+        digest.update(line.encode())
     return digest.hexdigest()
 
 
-def make_example(feats: dict[str, np.ndarray], crop_size: int | None, max_msa_rows: int,
-                 rng: np.random.Generator | None) -> dict[str, np.ndarray]:
-    """Crop (contiguous, ``crop_size`` residues; ``None`` = whole chain) and subsample MSA rows.
+def feature_manifest_lines(paths: Sequence[Path]) -> list[str]:
+    """``name<TAB>size\\n`` per feature file, sorted by name (a cheap stand-in for content hashes)."""
+    return [f"{p.name}\t{p.stat().st_size}\n" for p in sorted(paths, key=lambda p: p.name)]
 
-    With ``rng`` the crop start and MSA rows (query always kept) are random; without, the crop
-    starts at 0 and the first ``max_msa_rows`` rows are kept (inference/validation).
+
+def crop_indices(ca: np.ndarray, residue_mask: np.ndarray, crop_size: int | None,
+                 rng: np.random.Generator | None, spatial_prob: float = 0.0) -> np.ndarray:
+    """Sorted residue indices of a crop of at most ``crop_size`` residues (``None`` = whole chain).
+
+    Contiguous: a window at a random start (start 0 without ``rng``). Spatial (with probability
+    ``spatial_prob``): the ``crop_size`` residues whose Cα (``ca [L, 3]``, Å) is nearest the Cα of a
+    random resolved anchor residue; unresolved residues come last, nearest in sequence first.
     """
-    length = int(feats["aatype"].shape[0])
-    start = 0
-    if crop_size is not None and length > crop_size:
-        start = int(rng.integers(0, length - crop_size + 1)) if rng is not None else 0
-    stop = length if crop_size is None else min(length, start + crop_size)
+    length = int(ca.shape[0])
+    if crop_size is None or length <= crop_size:
+        return np.arange(length)
+    resolved = np.flatnonzero(residue_mask)
+    if rng is not None and spatial_prob > 0 and len(resolved) and rng.random() < spatial_prob:
+        anchor = int(resolved[rng.integers(len(resolved))])
+        dist = np.linalg.norm(ca - ca[anchor], axis=-1).astype(np.float64)
+        dist[~residue_mask.astype(bool) | ~np.isfinite(dist)] = np.inf
+        order = np.lexsort((np.abs(np.arange(length) - anchor), dist))
+        return np.sort(order[:crop_size])
+    start = int(rng.integers(0, length - crop_size + 1)) if rng is not None else 0
+    return np.arange(start, start + crop_size)
+
+
+def make_example(feats: dict[str, np.ndarray], crop_size: int | None, max_msa_rows: int,
+                 rng: np.random.Generator | None, spatial_crop_prob: float = 0.0) -> dict[str, np.ndarray]:
+    """Crop (see :func:`crop_indices`) and subsample MSA rows (query always kept).
+
+    With ``rng`` the crop and MSA rows are random; without, the crop starts at 0 and the first
+    ``max_msa_rows`` rows are kept (inference/validation). ``residue_index`` keeps the positions
+    in the full chain (spatial crops have gaps).
+    """
+    ca_all = feats["atom_positions"][:, CA_INDEX]
+    index = crop_indices(ca_all, feats["residue_mask"], crop_size, rng, spatial_crop_prob)
     msa = feats["msa"]
     rows = np.arange(min(msa.shape[0], max_msa_rows))
     if rng is not None and msa.shape[0] > max_msa_rows:
         rows = np.concatenate([[0], np.sort(rng.choice(np.arange(1, msa.shape[0]), max_msa_rows - 1, replace=False))])
-    window = slice(start, stop)
     return {
-        "aatype": feats["aatype"][window].astype(np.int64),
-        "msa": msa[rows][:, window].astype(np.int64),
-        "deletion_matrix": feats["deletion_matrix"][rows][:, window].astype(np.float32),
-        "residue_mask": feats["residue_mask"][window].astype(bool),
-        "residue_index": np.arange(start, stop, dtype=np.int64),
-        "ca_coords": feats["atom_positions"][window, CA_INDEX].astype(np.float32),
+        "aatype": feats["aatype"][index].astype(np.int64),
+        "msa": msa[rows][:, index].astype(np.int64),
+        "deletion_matrix": feats["deletion_matrix"][rows][:, index].astype(np.float32),
+        "residue_mask": feats["residue_mask"][index].astype(bool),
+        "residue_index": index.astype(np.int64),
+        "ca_coords": ca_all[index].astype(np.float32),
     }
 
 
@@ -114,72 +150,123 @@ def collate(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
 
 
 class ChainDataset(Dataset):
-    """Chains of one split; items are addressed by ``(epoch, index)`` (see :class:`EpochSampler`)."""
+    """Chains of one split; items are addressed by ``(epoch, slot, index)`` or ``(epoch, index)`` keys.
+
+    Training items crop with ``default_rng([seed, epoch, slot])`` (``slot`` = ``index`` for 2-tuples);
+    validation items are whole chains with the first MSA rows.
+    """
 
     def __init__(self, targets: list[tuple[str, Path]], crop_size: int | None, max_msa_rows: int,
-                 seed: int, train: bool) -> None:
+                 seed: int, train: bool, spatial_crop_prob: float = 0.0) -> None:
         self.targets, self.crop_size, self.max_msa_rows = targets, crop_size, max_msa_rows
-        self.seed, self.train = seed, train
+        self.seed, self.train, self.spatial_crop_prob = seed, train, spatial_crop_prob
 
     def __len__(self) -> int:
         return len(self.targets)
 
-    def __getitem__(self, key: tuple[int, int]) -> dict[str, np.ndarray]:
-        epoch, index = key
+    def __getitem__(self, key: tuple[int, ...]) -> dict[str, np.ndarray]:
+        epoch, slot, index = key if len(key) == 3 else (key[0], key[1], key[1])
         target, path = self.targets[index]
         try:
             feats = load_feature_file(path)
         except Exception as exc:  # name the target in the error
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
-        rng = np.random.default_rng([self.seed, epoch, index]) if self.train else None
-        return make_example(feats, self.crop_size if self.train else None, self.max_msa_rows, rng)
+        rng = np.random.default_rng([self.seed, epoch, slot]) if self.train else None
+        return make_example(feats, self.crop_size if self.train else None, self.max_msa_rows, rng,
+                            self.spatial_crop_prob)
 
 
-class EpochSampler(Sampler):
-    """Yields ``(epoch, index)``; shuffles with ``default_rng([seed, epoch])`` when ``shuffle``."""
-
-    def __init__(self, size: int, seed: int, shuffle: bool) -> None:
-        self.size, self.seed, self.shuffle, self.epoch = size, seed, shuffle, 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch = self.epoch
-        self.epoch += 1 if self.shuffle else 0
-        order = np.random.default_rng([self.seed, epoch]).permutation(self.size) if self.shuffle else range(self.size)
-        return iter([(epoch, int(i)) for i in order])
+def _worker_init(worker_id: int) -> None:
+    """Loader workers ignore SIGTERM/SIGUSR1: the main process saves a checkpoint and stops them."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    torch.set_num_threads(1)
 
 
 class FeatureDataModule(L.LightningDataModule):
-    """Train/val loaders over ``chains.parquet`` + ``features_dir`` for one resolved experiment config."""
+    """Train/val loaders over ``chains.parquet`` + ``features_dir`` for one resolved experiment config.
+
+    ``total_micro_batches`` = ``max_steps × accumulate_grad_batches`` (per rank). The train loader
+    starts at micro-batch ``global_step × accumulate_grad_batches`` of a restored trainer.
+    """
 
     def __init__(self, chains_path: Path, features_dir: Path, data_config: dict[str, Any], seed: int,
-                 num_workers: int = 0) -> None:
+                 num_workers: int = 0, total_micro_batches: int = 1, accumulate: int = 1) -> None:
         super().__init__()
         self.chains_path, self.features_dir = Path(chains_path), Path(features_dir)
         self.cfg, self.seed, self.num_workers = data_config, seed, num_workers
+        self.total, self.accumulate = total_micro_batches, accumulate
         chains = pd.read_parquet(self.chains_path)
-        self.train_targets = select_targets(chains, ["train"], self.features_dir)
-        self.val_targets = select_targets(chains, ["val"], self.features_dir)
-        if not self.train_targets or not self.val_targets:
+        self.train_rows = select_rows(chains, ["train"], self.features_dir)
+        self.val_rows = select_rows(chains, ["val"], self.features_dir)
+        if self.train_rows.empty or self.val_rows.empty:
             raise ValueError(f"{self.chains_path}: need train and val chains with features in "
-                             f"{self.features_dir} (found {len(self.train_targets)} train, "
-                             f"{len(self.val_targets)} val)")
+                             f"{self.features_dir} (found {len(self.train_rows)} train, "
+                             f"{len(self.val_rows)} val)")
+        if "sample_weight" not in chains and data_config["sampler"] == "cluster_weighted":
+            log.warning("%s has no sample_weight column: cluster-weighted sampling uses weight 1 per chain",
+                        self.chains_path)
+        self.train_sampler: TrainBatchSampler | None = None
+
+    @property
+    def train_targets(self) -> list[tuple[str, Path]]:
+        return list(zip(self.train_rows["target"], self.train_rows["path"]))
+
+    @property
+    def val_targets(self) -> list[tuple[str, Path]]:
+        return list(zip(self.val_rows["target"], self.val_rows["path"]))
+
+    def feature_paths(self) -> list[Path]:
+        return list(self.train_rows["path"]) + list(self.val_rows["path"])
 
     def feature_set_hash(self) -> str:
-        return feature_set_hash([p for _, p in self.train_targets + self.val_targets])
+        return feature_set_hash(self.feature_paths())
 
-    def _loader(self, train: bool) -> DataLoader:
-        targets = self.train_targets if train else self.val_targets
-        dataset = ChainDataset(targets, self.cfg["crop_size"], self.cfg["max_msa_rows"], self.seed, train)
-        return DataLoader(dataset, batch_size=self.cfg["batch_size"] if train else self.cfg["val_batch_size"],
-                          sampler=EpochSampler(len(dataset), self.seed, shuffle=train), collate_fn=collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-                          drop_last=False)
+    def _rank(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (int(trainer.global_rank), int(trainer.world_size)) if trainer is not None else (0, 1)
+
+    def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
+        return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
+                          generator=torch.Generator().manual_seed(self.seed),  # leaves the global RNG alone
+                          pin_memory=torch.cuda.is_available())
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(train=True)
+        rank, world = self._rank()
+        start = int(self.trainer.global_step) * self.accumulate if self.trainer is not None else 0
+        crop = int(self.cfg["crop_size"])
+        self.train_sampler = TrainBatchSampler(
+            np.minimum(self.train_rows["length"].to_numpy(), crop), self.train_rows["weight"].to_numpy(),
+            int(self.cfg["batch_size"]), int(self.cfg["bucket_window"]), self.seed,
+            self.cfg["sampler"] == "cluster_weighted", self.total, rank, world, start)
+        if start:
+            log.info("train loader resumes at micro-batch %d of %d (data epoch %d)", start, self.total,
+                     self.train_sampler.epoch_of(start))
+        dataset = ChainDataset(self.train_targets, crop, int(self.cfg["max_msa_rows"]), self.seed, True,
+                               float(self.cfg["spatial_crop_prob"]))
+        return self._loader(dataset, self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(train=False)
+        rank, world = self._rank()
+        dataset = ChainDataset(self.val_targets, None, int(self.cfg["max_msa_rows"]), self.seed, False)
+        sampler = ValBatchSampler(self.val_rows["length"].to_numpy(), int(self.cfg["val_batch_size"]), rank, world)
+        return self._loader(dataset, sampler)
+
+    def data_epoch(self, micro_batches_done: int) -> int:
+        """Data epoch (draws of as many chains as the train split has) reached after ``micro_batches_done``
+        micro-batches per rank (the same on every rank)."""
+        if self.train_sampler is None:
+            return 0
+        return self.train_sampler.epochs_done(micro_batches_done)
+
+    def state_dict(self) -> dict[str, Any]:
+        trainer = self.trainer
+        done = int(trainer.global_step) * self.accumulate if trainer is not None else 0
+        return {"micro_batches_done": done, "world_size": self._rank()[1], "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        world = self._rank()[1]
+        if int(state.get("world_size", world)) != world:
+            log.warning("resuming on %d ranks from a checkpoint written by %d: the remaining batches are "
+                        "dealt differently than in an uninterrupted run", world, state["world_size"])

@@ -1,7 +1,19 @@
-"""The LightningModule shared by every registered model family."""
+"""The LightningModule shared by every registered model family.
+
+* AdamW (no weight decay on biases/norms) + linear warmup and cosine decay per optimiser step;
+  gradient clipping and accumulation are Lightning's (they hold under DDP).
+* EMA of the weights (:class:`foldworks.train.state.EMA`), swapped in for validation and saved
+  as ``checkpoint["ema_state_dict"]`` (what predict loads).
+* Non-finite guard: an optimiser step whose loss or gradients are NaN/Inf (on any rank) is
+  skipped (gradients dropped, no AdamW/EMA update) and counted; more than
+  ``trainer.max_nonfinite_steps`` raise :class:`NonFiniteError`.
+* Validation: ``val_lddt_ca`` = mean over *all* validation chains (sums and counts are reduced
+  over ranks) of each chain's pooled lDDT-Cα; ``val_loss`` likewise per chain.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -9,6 +21,13 @@ import lightning as L
 import torch
 
 from foldworks.models import build_model, lddt_ca
+from foldworks.train.state import EMA, collect_rng_states, plain, restore_rng_states
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteError(RuntimeError):
+    """Too many optimiser steps had a non-finite loss or gradient."""
 
 
 def package_versions() -> dict[str, str]:
@@ -31,48 +50,116 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
 
 
 class StructureModule(L.LightningModule):
-    """Wraps ``build_model(config["model"], config["model_config"])`` with AdamW + warmup/cosine.
+    """Wraps ``build_model(config["model"], config["model_config"])`` for training and validation."""
 
-    Logs ``train_loss`` per step and ``val_loss`` / ``val_lddt_ca`` (mean over validation chains of
-    the pooled lDDT-Cα of each chain) per validation.
-    """
-
-    def __init__(self, config: dict[str, Any], feature_set_hash: str = "") -> None:
+    def __init__(self, config: dict[str, Any], feature_set_hash: str = "", experiment: str = "",
+                 run_hash: str = "", provenance: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.config = config
-        self.feature_set_hash = feature_set_hash
+        self.config, self.feature_set_hash, self.experiment = config, feature_set_hash, experiment
+        self.run_hash, self.provenance = run_hash, provenance or {}
         self.save_hyperparameters({"config": config, "feature_set_hash": feature_set_hash})
         self.model = build_model(config["model"], config["model_config"])
-        self._val_scores: list[torch.Tensor] = []
-        self._val_losses: list[torch.Tensor] = []
+        decay = float(config["trainer"]["ema_decay"])
+        self.ema = EMA(self.model, decay) if decay > 0 else None
+        self.nonfinite_steps = 0
+        self.train_loss_window = [0.0, 0]  # sum, count of finite micro-batch losses since the last validation
+        self._window_nonfinite = False
+        self._step_skipped = False
+        self._backup: dict[str, torch.Tensor] | None = None
+        self._pending_rng: dict[str, Any] | None = None
+        self._val = torch.zeros(3, dtype=torch.float64)  # lDDT-Cα sum, loss sum, chains
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.model(batch)
 
+    # ---- training ---------------------------------------------------------------------------
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._pending_rng is not None:  # resumed: continue the interrupted run's random stream
+            restore_rng_states(self._pending_rng)
+            self._pending_rng = None
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         outputs = self.model(batch)
         loss, logs = self.model.loss(batch, outputs)
-        self.log("train_loss", loss.detach(), batch_size=batch["aatype"].shape[0])
-        for key, value in logs.items():
-            self.log(f"train/{key}", value, batch_size=batch["aatype"].shape[0])
+        size = batch["aatype"].shape[0]
+        value = float(loss.detach())
+        if math.isfinite(value):
+            self.train_loss_window[0] += value
+            self.train_loss_window[1] += 1
+        else:
+            self._window_nonfinite = True
+        self.log("train_loss", loss.detach(), batch_size=size, prog_bar=True)
+        for key, item in logs.items():
+            self.log(f"train/{key}", item, batch_size=size)
         return loss
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Skip the step (drop all gradients) when the loss or any gradient is NaN/Inf on any rank."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        bad = torch.tensor(float(self._window_nonfinite), device=self.device)
+        if grads:
+            norm = torch.stack(torch._foreach_norm(grads)).float().sum()
+            bad = bad + (~torch.isfinite(norm)).float()
+        if self.trainer.world_size > 1:
+            bad = self.trainer.strategy.reduce(bad, reduce_op="sum")
+        self._window_nonfinite = False
+        self._step_skipped = bool(bad.item() > 0)
+        if not self._step_skipped:
+            return
+        for p in self.model.parameters():
+            p.grad = None
+        self.nonfinite_steps += 1
+        limit = int(self.config["trainer"]["max_nonfinite_steps"])
+        log.warning("experiment %s: non-finite loss/gradient at step %d, step skipped (%d so far, limit %d)",
+                    self.experiment, self.global_step + 1, self.nonfinite_steps, limit)
+        if self.nonfinite_steps > limit:
+            raise NonFiniteError(
+                f"experiment {self.experiment}: {self.nonfinite_steps} optimiser steps had a non-finite loss or "
+                f"gradient (last at step {self.global_step + 1}), more than trainer.max_nonfinite_steps={limit}; "
+                f"check the learning rate and the feature files")
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        self._step_skipped = False
+        optimizer.step(closure=optimizer_closure)
+        if self.ema is not None and not self._step_skipped:
+            self.ema.update(self.model)
+
+    def pop_train_loss(self) -> float | None:
+        """Mean finite training loss since the last call over all ranks (``None`` if there was none)."""
+        window = torch.tensor(self.train_loss_window, dtype=torch.float64, device=self.device)
+        if self.trainer is not None and self.trainer.world_size > 1:
+            window = self.trainer.strategy.reduce(window, reduce_op="sum")
+        self.train_loss_window = [0.0, 0]
+        return float(window[0] / window[1]) if window[1] > 0 else None
+
+    # ---- validation (EMA weights) -----------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self._val_scores, self._val_losses = [], []
+        self._val = torch.zeros(3, dtype=torch.float64, device=self.device)
+        if self.ema is not None:
+            self._backup = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.model.load_state_dict(self.ema.shadow)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         outputs = self.model(batch)
         loss, _ = self.model.loss(batch, outputs)
         score, _ = lddt_ca(outputs["ca_coords"].float(), batch["ca_coords"].float(), batch["residue_mask"])
-        self._val_scores.append(score.detach().cpu())
-        self._val_losses.append(loss.detach().float().cpu().repeat(score.shape[0]))
+        n = score.shape[0]
+        self._val += torch.stack([score.double().sum(), loss.detach().double() * n,
+                                  torch.tensor(float(n), dtype=torch.float64, device=score.device)])
 
     def on_validation_epoch_end(self) -> None:
-        if not self._val_scores:
-            return
-        self.log("val_lddt_ca", torch.cat(self._val_scores).mean())
-        self.log("val_loss", torch.cat(self._val_losses).mean())
+        totals = self._val
+        if self.trainer.world_size > 1:
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        if self._backup is not None:  # training weights back before any checkpoint is written
+            self.model.load_state_dict(self._backup)
+            self._backup = None
+        if totals[2] > 0:
+            self.log("val_lddt_ca", (totals[0] / totals[2]).float(), sync_dist=False)
+            self.log("val_loss", (totals[1] / totals[2]).float(), sync_dist=False)
+            self.log("val_chains", totals[2].float(), sync_dist=False)
 
+    # ---- optimiser --------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.config["trainer"]
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
@@ -85,17 +172,28 @@ class StructureModule(L.LightningModule):
             optimizer, lambda step: warmup_cosine(step, warmup, total, min_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    # ---- checkpoints ------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the checkpoint loadable with ``torch.load(weights_only=True)`` (plain containers only)."""
-        checkpoint["hyper_parameters"] = _plain({"config": self.config, "feature_set_hash": self.feature_set_hash})
-        checkpoint["foldworks"] = {"config": _plain(self.config), "feature_set_hash": self.feature_set_hash,
-                                   "versions": package_versions()}
+        """Add config, hashes, versions, provenance, EMA, RNG and counters (all weights_only-loadable)."""
+        checkpoint["hyper_parameters"] = plain({"config": self.config, "feature_set_hash": self.feature_set_hash})
+        checkpoint["foldworks"] = {"config": plain(self.config), "feature_set_hash": self.feature_set_hash,
+                                   "run_hash": self.run_hash, "experiment": self.experiment,
+                                   "versions": package_versions(), "seed": int(self.config["trainer"]["seed"])}
+        metrics = self._trainer.callback_metrics if self._trainer is not None else {}
+        checkpoint["foldworks"]["metrics"] = {k: float(metrics[k]) for k in ("val_lddt_ca", "val_loss") if k in metrics}
+        checkpoint["provenance"] = plain(self.provenance)
+        if self.ema is not None:
+            checkpoint["ema_state_dict"] = self.ema.state_dict()
+            checkpoint["ema_updates"] = self.ema.updates
+        checkpoint["rng_states"] = collect_rng_states()
+        checkpoint["train_state"] = {"nonfinite_steps": self.nonfinite_steps,
+                                     "loss_window_sum": float(self.train_loss_window[0]),
+                                     "loss_window_count": int(self.train_loss_window[1])}
 
-
-def _plain(obj: Any) -> Any:
-    """Deep copy into plain dict/list/str/number containers."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.ema is not None and "ema_state_dict" in checkpoint:
+            self.ema.load_state_dict(checkpoint["ema_state_dict"], checkpoint.get("ema_updates", 0))
+        state = checkpoint.get("train_state", {})
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
+        self.train_loss_window = [float(state.get("loss_window_sum", 0.0)), int(state.get("loss_window_count", 0))]
+        self._pending_rng = checkpoint.get("rng_states")

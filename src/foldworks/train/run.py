@@ -1,27 +1,42 @@
-"""Fit one experiment: Lightning trainer set-up, atomic checkpoints and ``metrics.csv``.
+"""Fit one experiment: Lightning trainer set-up, resume, atomic checkpoints and ``metrics.csv``.
 
-Outputs in ``out_dir``: ``best.ckpt`` (best ``val_lddt_ca``), ``last.ckpt`` (final weights),
-``metrics.csv`` (one row per validation: ``step, epoch, train_loss, val_loss, val_lddt_ca``; the first row is
-step 0, the untrained model, with an empty ``train_loss``) and ``config.json``.
+Outputs in ``out_dir`` (DATA_FORMATS.md §6): ``best.ckpt`` (best validation lDDT-Cα, EMA weights
+validated), ``last.ckpt`` (final weights), ``metrics.csv`` (one row per validation: ``step, epoch,
+train_loss, val_loss, val_lddt_ca``; the first row is step 0, the untrained model, with an empty
+``train_loss``) and ``config.json``. Beside them, not declared to Snakemake: ``resume/`` (see
+:mod:`foldworks.train.resume`) and ``logs/`` (Lightning CSV logs, TensorBoard when installed).
+
+A run first looks for the newest resume checkpoint with the same run hash (resolved config minus
+hardware keys + feature set) and continues from it; otherwise it starts fresh and says why.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
+import re
+import shutil
+import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from foldworks.fsutil import atomic_path, write_json_atomic
-from foldworks.train.config import resolve_config
-from foldworks.train.data import FeatureDataModule
+from foldworks.fsutil import atomic_open, atomic_path, write_json_atomic
+from foldworks.provenance import provenance_record
+from foldworks.train.config import apply_overrides, resolve_config, run_hash
+from foldworks.train.data import FeatureDataModule, feature_manifest_lines
 from foldworks.train.module import StructureModule
+from foldworks.train.resume import Preempted, ResumeCheckpoints, clear_resume_dir, find_resume_checkpoint
 
 log = logging.getLogger(__name__)
 METRICS_HEADER = ("step", "epoch", "train_loss", "val_loss", "val_lddt_ca")
@@ -36,91 +51,231 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class MetricsCSV(Callback):
-    """Rewrites ``metrics.csv`` atomically after each validation; train_loss = mean since the last one.
+    """Rewrites ``metrics.csv`` atomically after each validation and logs a one-line summary.
 
-    The validation run before training (step 0) has an empty ``train_loss`` cell.
+    ``train_loss`` = mean finite micro-batch loss since the previous validation over all ranks; the
+    validation before training (step 0) has an empty ``train_loss``. Without a progress bar, a
+    progress line is logged every ``log_every`` steps. Rows are part of the checkpoint state.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.rows, self._losses = Path(path), [], []
+    def __init__(self, path: Path, experiment: str, log_every: int, progress_lines: bool) -> None:
+        self.path, self.experiment, self.rows = Path(path), experiment, []
+        self.log_every, self.progress_lines = log_every, progress_lines
+        self._clock = (time.monotonic(), 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": [list(r) for r in self.rows]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows = [tuple(r) for r in state["rows"]]
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        self._losses.append(float(loss.detach()))
+        step = trainer.global_step
+        if not self.progress_lines or (batch_idx + 1) % trainer.accumulate_grad_batches or step % self.log_every:
+            return
+        now, seconds = time.monotonic(), time.monotonic() - self._clock[0]
+        rate = seconds / max(1, step - self._clock[1])
+        self._clock = (now, step)
+        lr = trainer.optimizers[0].param_groups[0]["lr"]
+        loss = float(trainer.callback_metrics.get("train_loss", float("nan")))
+        log.info("%s: step %d/%d loss %.4f lr %.2e (%.2f s/step)", self.experiment, step, trainer.max_steps,
+                 loss, lr, rate)
 
     def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         metrics = trainer.callback_metrics
-        train_loss = f"{sum(self._losses) / len(self._losses):.6f}" if self._losses else ""
-        self._losses = []
-        row = (trainer.global_step, trainer.current_epoch, train_loss,
+        fitting = trainer.state.fn == "fit"
+        train_loss = module.pop_train_loss() if fitting else None
+        done = trainer.global_step * trainer.accumulate_grad_batches
+        epoch = trainer.datamodule.data_epoch(done) if fitting else 0
+        row = (trainer.global_step, epoch, "" if train_loss is None else f"{train_loss:.6f}",
                f"{float(metrics['val_loss']):.6f}", f"{float(metrics['val_lddt_ca']):.6f}")
         self.rows.append(row)
-        write_tsv_like_csv(self.path, METRICS_HEADER, self.rows)
-        log.info("step %d epoch %d: train_loss %s val_loss %s val_lddt_ca %s", *row)
+        if trainer.is_global_zero:
+            self.write()
+        log.info("%s: step %d epoch %d: train_loss %s val_loss %s val_lddt_ca %s (%d chains)", self.experiment,
+                 *row, int(metrics.get("val_chains", 0)))
+
+    def write(self) -> None:
+        write_csv_atomic(self.path, METRICS_HEADER, self.rows)
 
 
-def write_tsv_like_csv(path: Path, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+def write_csv_atomic(path: Path, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     """Write a comma-separated table with a header row atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(",".join(header) + "\n")
-            for row in rows:
-                handle.write(",".join(str(v) for v in row) + "\n")
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write(",".join(header) + "\n")
+        for row in rows:
+            handle.write(",".join(str(v) for v in row) + "\n")
 
 
 def _quiet_lightning() -> None:
     for name in ("lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*Checkpoint directory.*exists and is not empty.*")
-    warnings.filterwarnings("ignore", ".*The `srun` command is available.*")
-    warnings.filterwarnings("ignore", ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+    for pattern in (".*does not have many workers.*", ".*resuming from a checkpoint that ended before the epoch ended.*",
+                    ".*Checkpoint directory.*exists and is not empty.*",
+                    ".*The `srun` command is available.*", ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
+                    ".*Experiment logs directory .* exists and is not empty.*",
+                    ".*when logging on epoch level in distributed setting.*",
+                    ".*The number of training batches .* is smaller than the logging interval.*"):
+        warnings.filterwarnings("ignore", pattern)
+
+
+def _hardware(cfg: dict[str, Any]) -> tuple[str, str]:
+    """``(accelerator, precision)`` with ``auto`` resolved: GPU + bf16-mixed when CUDA is present, else CPU + fp32."""
+    accelerator = cfg["accelerator"]
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    precision = cfg["precision"]
+    if precision == "auto":
+        precision = "bf16-mixed" if accelerator in ("gpu", "cuda") else "32-true"
+    return accelerator, precision
 
 
 def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Path, out_dir: Path,
-        threads: int = 1) -> dict[str, Any]:
-    """Train one experiment and write its outputs to ``out_dir``; returns the resolved config."""
-    config = resolve_config(params)
-    seed = int(config["trainer"]["seed"])
-    out_dir = Path(out_dir)
+        threads: int = 1, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one experiment (resuming when possible) and write its outputs; returns the resolved config.
+
+    Raises :class:`Preempted` after a stop signal (a resume checkpoint was written),
+    :class:`foldworks.train.module.NonFiniteError`, or ``ValueError`` for a bad config/data set.
+    """
+    config = apply_overrides(resolve_config(params), overrides or {})
+    cfg, seed = config["trainer"], int(config["trainer"]["seed"])
+    out_dir, resume_dir = Path(out_dir), Path(out_dir) / "resume"
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, threads))
     _quiet_lightning()
-    L.seed_everything(seed, workers=True, verbose=False)
-    cuda = torch.cuda.is_available()
-    if not cuda:
+    accelerator, precision = _hardware(cfg)
+    cpu = accelerator == "cpu"
+    workers = config["data"]["num_workers"]
+    workers = max(0, threads - 1) if workers is None else int(workers)
+    torch.set_num_threads(max(1, threads - workers))
+    if cpu:
         torch.use_deterministic_algorithms(True)
-    data = FeatureDataModule(chains, features_dir, config["data"], seed, num_workers=max(0, threads - 1) if cuda else 0)
-    module = StructureModule(config, data.feature_set_hash())
-    write_json_atomic(out_dir / "config.json", {"experiment": experiment, **config,
-                                                "feature_set_hash": module.feature_set_hash})
-    log.info("%s: %s model, %d train / %d val chains, %d parameters", experiment, config["model"],
-             len(data.train_targets), len(data.val_targets), sum(p.numel() for p in module.parameters()))
-    trainer = _make_trainer(config, out_dir, cuda)
-    trainer.validate(module, datamodule=data, verbose=False)  # step-0 row: the untrained model
-    L.seed_everything(seed, workers=True, verbose=False)  # training RNG independent of validation
-    trainer.fit(module, datamodule=data)
-    # Lightning's save_last only copies whenever best.ckpt is written: save the final weights here
-    trainer.save_checkpoint(out_dir / "last.ckpt")
+    L.seed_everything(seed, workers=True, verbose=False)
+    accumulate = int(cfg["accumulate_grad_batches"])
+    data = FeatureDataModule(chains, features_dir, config["data"], seed, workers,
+                             int(cfg["max_steps"]) * accumulate, accumulate)
+    features_hash = data.feature_set_hash()
+    rhash = run_hash(config, features_hash)
+    provenance = _provenance(params, chains, resume_dir, data) if rank_zero_only.rank == 0 else {}
+    module = StructureModule(config, features_hash, experiment, rhash, provenance)
+    resume_from, mismatched = find_resume_checkpoint(resume_dir, rhash)
+    if rank_zero_only.rank == 0:
+        write_json_atomic(out_dir / "config.json", {"experiment": experiment, **config,
+                                                    "feature_set_hash": features_hash, "run_hash": rhash})
+        _prepare_dirs(out_dir, resume_dir, resume_from, mismatched, rhash)
+    log.info("%s: %s model, %d train / %d val chains, %d parameters, seed %d, %s %s, %d loader workers, "
+             "run hash %s", experiment, config["model"], len(data.train_rows), len(data.val_rows),
+             sum(p.numel() for p in module.parameters()), seed, accelerator, precision, workers, rhash)
+    metrics = MetricsCSV(out_dir / "metrics.csv", experiment, int(cfg["log_every_n_steps"]),
+                         progress_lines=not _progress_bar(cfg))
+    resume = ResumeCheckpoints(resume_dir, int(cfg["val_every_n_steps"]), int(cfg["checkpoint_every_n_steps"]),
+                               int(cfg["keep_resume_checkpoints"]), accumulate, int(cfg["max_steps"]))
+    trainer = _make_trainer(config, out_dir, accelerator, precision, [metrics, resume])
+    try:
+        if resume_from is None:
+            trainer.validate(module, datamodule=data, verbose=False)  # step-0 row: the untrained model
+            L.seed_everything(seed, workers=True, verbose=False)  # training RNG independent of validation
+            trainer.fit(module, datamodule=data)
+        else:
+            trainer.fit(module, datamodule=data, ckpt_path=resume_from, weights_only=True)
+    except SIGTERMException as exc:  # Lightning's own handler (outside fit): no checkpoint needed
+        raise Preempted(signal.SIGTERM, None) from exc
+    _finish(trainer, resume, metrics, out_dir)
     return config
 
 
-def _make_trainer(config: dict[str, Any], out_dir: Path, cuda: bool) -> L.Trainer:
+def _provenance(params: dict[str, Any], chains: Path, resume_dir: Path, data: FeatureDataModule) -> dict[str, Any]:
+    """``provenance_record`` over the chains table and a cheap feature manifest (name, size per file)."""
+    manifest = resume_dir / "feature_manifest.tsv"
+    with atomic_open(manifest, "w", encoding="utf-8") as handle:
+        handle.writelines(feature_manifest_lines(data.feature_paths()))
+    return provenance_record("train", params, ("train", "models"), inputs=[Path(chains), manifest])
+
+
+def _prepare_dirs(out_dir: Path, resume_dir: Path, resume_from: Path | None, mismatched: list[Path],
+                  rhash: str) -> None:
+    """Remove non-matching resume checkpoints and temp files of killed writes; on a fresh start also old logs."""
+    for path in [*mismatched, *out_dir.glob(".*.tmp*"), *resume_dir.glob(".*.tmp*")]:
+        path.unlink(missing_ok=True)
+    if resume_from is not None:
+        log.info("resuming from %s (%d non-matching resume checkpoints removed)", resume_from, len(mismatched))
+        return
+    why = (f"{len(mismatched)} resume checkpoints were written for another config/feature set (run hash {rhash} "
+           f"now)" if mismatched else "no resume checkpoint")
+    log.info("starting fresh: %s", why)
+    clear_resume_dir(resume_dir, "starting fresh")
+    shutil.rmtree(out_dir / "logs", ignore_errors=True)
+
+
+def _finish(trainer: L.Trainer, resume: ResumeCheckpoints, metrics: MetricsCSV, out_dir: Path) -> None:
+    """Copy the best checkpoint to ``best.ckpt``, write ``last.ckpt`` and ``metrics.csv`` (declared outputs)."""
+    trainer.save_checkpoint(out_dir / "last.ckpt")
+    if not trainer.is_global_zero:
+        return
+    best = resume.best_path
+    if best is None or not best.exists():
+        raise RuntimeError(f"{out_dir}: best checkpoint {best} is missing from the resume directory")
+    with atomic_path(out_dir / "best.ckpt") as tmp:
+        shutil.copyfile(best, tmp)
+    metrics.write()
+    log.info("done: best val_lddt_ca %.4f at step %d; %s", resume.best_score, resume.best_step, out_dir)
+
+
+def _progress_bar(cfg: dict[str, Any]) -> bool:
+    setting = cfg["progress_bar"]
+    return sys.stderr.isatty() if setting == "auto" else bool(setting)
+
+
+def _loggers(out_dir: Path) -> list[Any]:
+    """CSV logs under ``out_dir/logs/csv``; TensorBoard under ``out_dir/logs/tensorboard`` when installed."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    loggers: list[Any] = [CSVLogger(save_dir=str(out_dir), name="logs", version="csv")]
+    if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
+        loggers.append(TensorBoardLogger(save_dir=str(out_dir), name="logs", version="tensorboard"))
+    return loggers
+
+
+def _slurm_tasks_per_node() -> None:
+    """Set ``SLURM_NTASKS_PER_NODE`` for ``srun -n N`` steps (Lightning refuses ``--ntasks`` without it).
+
+    Derived from ``SLURM_STEP_TASKS_PER_NODE`` (e.g. ``2(x3)``) when every node runs the same number
+    of tasks; otherwise left unset, and Lightning's error asks for ``--ntasks-per-node``.
+    """
+    if int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_NTASKS_PER_NODE" in os.environ:
+        return
+    spec = os.environ.get("SLURM_STEP_TASKS_PER_NODE") or os.environ.get("SLURM_TASKS_PER_NODE", "")
+    counts = {m.group(1) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", spec)}
+    if len(counts) == 1:
+        os.environ["SLURM_NTASKS_PER_NODE"] = counts.pop()
+        log.info("srun step without --ntasks-per-node: SLURM_NTASKS_PER_NODE=%s from %r",
+                 os.environ["SLURM_NTASKS_PER_NODE"], spec)
+
+
+def _make_trainer(config: dict[str, Any], out_dir: Path, accelerator: str, precision: str,
+                  callbacks: list[Callback]) -> L.Trainer:
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
     cfg = config["trainer"]
-    checkpoint = ModelCheckpoint(dirpath=out_dir, filename="best", monitor="val_lddt_ca", mode="max",
-                                 save_top_k=1, save_last=False, enable_version_counter=False,
-                                 auto_insert_metric_name=False)
+    accumulate = int(cfg["accumulate_grad_batches"])
+    plugins: list[Any] = [AtomicCheckpointIO()]
+    if SLURMEnvironment.detect():  # srun-launched ranks; our handlers save and exit, no self-requeue
+        _slurm_tasks_per_node()
+        plugins.append(SLURMEnvironment(auto_requeue=False))
     return L.Trainer(
-        accelerator="gpu" if cuda else "cpu", devices=1, precision="bf16-mixed" if cuda else "32-true",
-        max_steps=int(cfg["max_steps"]), max_epochs=-1, val_check_interval=int(cfg["val_every_n_steps"]),
-        check_val_every_n_epoch=None, num_sanity_val_steps=0, gradient_clip_val=float(cfg["grad_clip"]),
-        deterministic=not cuda, logger=False, callbacks=[checkpoint, MetricsCSV(out_dir / "metrics.csv")],
-        plugins=[AtomicCheckpointIO()], enable_progress_bar=sys.stderr.isatty(), enable_model_summary=False,
+        accelerator=accelerator, devices=cfg["devices"], num_nodes=int(cfg["num_nodes"]), strategy=cfg["strategy"],
+        precision=precision, max_steps=int(cfg["max_steps"]), max_epochs=-1,
+        val_check_interval=int(cfg["val_every_n_steps"]) * accumulate, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, gradient_clip_val=float(cfg["grad_clip"]), accumulate_grad_batches=accumulate,
+        deterministic=accelerator == "cpu", logger=_loggers(out_dir),
+        callbacks=[*callbacks, LearningRateMonitor(logging_interval="step")], plugins=plugins,
+        enable_checkpointing=False, enable_progress_bar=_progress_bar(cfg), enable_model_summary=False,
         use_distributed_sampler=False, default_root_dir=str(out_dir), inference_mode=False,
+        log_every_n_steps=int(cfg["log_every_n_steps"]),
     )
 
 
-__all__ = ["fit", "AtomicCheckpointIO", "MetricsCSV"]
+__all__ = ["fit", "AtomicCheckpointIO", "MetricsCSV", "Preempted"]
