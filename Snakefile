@@ -23,11 +23,13 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/predict.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/failures.smk"
 
 
 rule all:
     input:
         "data/raw/manifest.tsv",
         "results/summary.tsv",
+        "results/failures.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
     default_target: True

@@ -3,15 +3,12 @@ server on 127.0.0.1 that injects faults per path (404, 5xx, stalls, truncation, 
 
 from __future__ import annotations
 
-import collections
 import gzip
 import hashlib
-import http.server
 import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,8 +16,10 @@ import gemmi
 import numpy as np
 import pytest
 
+from _fault_server import FaultServer
 from foldworks.fetch import FetchError, fetch_entry
 from foldworks.fetch.convert import pdb_date
+from foldworks.fetch.core import next_attempt_token
 from foldworks.fetch.manifest import read_records, write_manifest
 from foldworks.ids import InvalidIdentifier
 
@@ -52,7 +51,8 @@ def test_local_cif_is_stored_byte_identical(pdb_mirror: Path, tmp_path: Path) ->
     assert record["sha256"] == record["stored_sha256"] == hashlib.sha256(original).hexdigest()
     assert record["bytes"] == len(original)
     assert record["url_or_path"].endswith("1aki.cif.gz")
-    assert set(record) == {"entry", "source", "url_or_path", "source_format", "sha256",
+    assert record["status"] == "ok" and record["attempt_token"] == ""
+    assert set(record) == {"entry", "status", "attempt_token", "source", "url_or_path", "source_format", "sha256",
                            "stored_sha256", "bytes", "fetched_at"}
 
 
@@ -120,105 +120,33 @@ def test_pdb_two_digit_years() -> None:
 # ---------------------------------------------------------------- real HTTP server with faults
 
 
-class _FaultServer:
-    """ThreadingHTTPServer on 127.0.0.1:<ephemeral> serving mirror files; ``faults[path]`` picks
-    a misbehaviour for one request path; ``hits[path]`` counts the requests it received."""
-
-    def __init__(self, mirror: Path) -> None:
-        self.mirror = mirror
-        self.faults: dict[str, str] = {}
-        self.hits: collections.Counter[str] = collections.Counter()
-        self.stall_s = 1.5
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # keep pytest output clean
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                owner.hits[self.path] += 1
-                owner.respond(self)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/download"
-
-    def mirror_bytes(self, path: str) -> bytes | None:
-        name = path.rsplit("/", 1)[-1].lower()
-        file = self.mirror / name
-        return file.read_bytes() if file.is_file() else None
-
-    def respond(self, h: http.server.BaseHTTPRequestHandler) -> None:
-        fault = self.faults.get(h.path, "")
-        body = self.mirror_bytes(h.path)
-        if fault == "500":
-            return h.send_error(500)
-        if fault == "503-then-200" and self.hits[h.path] == 1:
-            return h.send_error(503)
-        if fault == "stall":
-            time.sleep(self.stall_s)  # longer than the client's timeout
-        if fault == "html":
-            body = b"<!DOCTYPE html><html><body>Service temporarily unavailable</body></html>"
-        elif fault == "truncated-gzip" and body:
-            body = body[: len(body) // 2]
-        elif fault == "not-mmcif":
-            body = gzip.compress(b"this is not a structure file\n" * 20)
-        elif fault == "other-entry":
-            body = (self.mirror / "1ubq.cif.gz").read_bytes()
-        elif fault == "empty":
-            body = b""
-        if body is None:
-            return h.send_error(404)
-        h.send_response(200)
-        h.send_header("Content-Type", "text/html" if fault == "html" else "application/gzip")
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        if fault == "short-body":  # promise the full length, send half, close
-            h.wfile.write(body[: len(body) // 2])
-            h.close_connection = True
-            return
-        try:
-            h.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the stalled client already gave up
-
-    def __enter__(self) -> "_FaultServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture()
 def server(pdb_mirror: Path):
-    with _FaultServer(pdb_mirror) as srv:
+    with FaultServer(pdb_mirror) as srv:
         yield srv
 
 
-def test_http_ok(server: _FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
+def test_http_ok(server: FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
     result, out, _ = _run("1aki", server.url, tmp_path)
     assert out.read_bytes() == (pdb_mirror / "1aki.cif.gz").read_bytes()
     assert result.record["url_or_path"] == f"{server.url}/1AKI.cif.gz"
     assert server.hits == {"/download/1AKI.cif.gz": 1}
 
 
-def test_http_404_falls_back_to_pdb_without_retry(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_404_falls_back_to_pdb_without_retry(server: FaultServer, tmp_path: Path) -> None:
     result, out, _ = _run("1ubi", server.url, tmp_path)
     assert result.record["source_format"] == "pdb" and out.exists()
     assert server.hits == {"/download/1UBI.cif.gz": 1, "/download/1UBI.pdb.gz": 1}
 
 
-def test_http_not_found_anywhere(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_not_found_anywhere(server: FaultServer, tmp_path: Path) -> None:
     with pytest.raises(FetchError, match=f"entry 9zzz not found at {server.url}"):
         _run("9zzz", server.url, tmp_path)
     assert server.hits == {"/download/9ZZZ.cif.gz": 1, "/download/9ZZZ.pdb.gz": 1}
     _assert_nothing_written(tmp_path)
 
 
-def test_http_500_retried_then_fails(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_500_retried_then_fails(server: FaultServer, tmp_path: Path) -> None:
     server.faults["/download/1AKI.cif.gz"] = "500"
     with pytest.raises(FetchError, match=r"entry 1aki: .*HTTP 500.*gave up after 3 attempts"):
         _run("1aki", server.url, tmp_path)
@@ -227,7 +155,7 @@ def test_http_500_retried_then_fails(server: _FaultServer, tmp_path: Path) -> No
     _assert_nothing_written(tmp_path)
 
 
-def test_http_503_then_200_recovers(server: _FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
+def test_http_503_then_200_recovers(server: FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
     server.faults["/download/1AKI.cif.gz"] = "503-then-200"
     result, out, _ = _run("1aki", server.url, tmp_path)
     assert result.attempts == {f"{server.url}/1AKI.cif.gz": 2}
@@ -235,7 +163,7 @@ def test_http_503_then_200_recovers(server: _FaultServer, pdb_mirror: Path, tmp_
     assert out.read_bytes() == (pdb_mirror / "1aki.cif.gz").read_bytes()
 
 
-def test_http_stall_times_out(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_stall_times_out(server: FaultServer, tmp_path: Path) -> None:
     server.faults["/download/1AKI.cif.gz"] = "stall"
     start = time.monotonic()
     with pytest.raises(FetchError, match="gave up after 2 attempts"):
@@ -245,7 +173,7 @@ def test_http_stall_times_out(server: _FaultServer, tmp_path: Path) -> None:
     _assert_nothing_written(tmp_path)
 
 
-def test_http_short_body_is_retried(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_short_body_is_retried(server: FaultServer, tmp_path: Path) -> None:
     server.faults["/download/1AKI.cif.gz"] = "short-body"
     with pytest.raises(FetchError, match="truncated transfer|connection closed"):
         _run("1aki", server.url, tmp_path)
@@ -256,11 +184,12 @@ def test_http_short_body_is_retried(server: _FaultServer, tmp_path: Path) -> Non
 @pytest.mark.parametrize("fault, message", [
     ("truncated-gzip", "truncated gzip"),
     ("html", "HTML page"),
+    ("wrong-type", "served as text/html"),
     ("not-mmcif", "not valid mmCIF"),
     ("other-entry", "file is entry '1ubq', expected '1aki'"),
     ("empty", "empty file"),
 ])
-def test_http_bad_content_rejected_without_retry(fault: str, message: str, server: _FaultServer, tmp_path: Path) -> None:
+def test_http_bad_content_rejected_without_retry(fault: str, message: str, server: FaultServer, tmp_path: Path) -> None:
     server.faults["/download/1AKI.cif.gz"] = fault
     with pytest.raises(FetchError, match=message):
         _run("1aki", server.url, tmp_path)
@@ -268,7 +197,13 @@ def test_http_bad_content_rejected_without_retry(fault: str, message: str, serve
     _assert_nothing_written(tmp_path)
 
 
-def test_size_caps(server: _FaultServer, tmp_path: Path) -> None:
+def test_http_octet_stream_is_judged_by_content(server: FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
+    server.faults["/download/1AKI.cif.gz"] = "octet-stream"
+    _result, out, _ = _run("1aki", server.url, tmp_path)
+    assert out.read_bytes() == (pdb_mirror / "1aki.cif.gz").read_bytes()
+
+
+def test_size_caps(server: FaultServer, tmp_path: Path) -> None:
     with pytest.raises(FetchError, match="exceeds the limit of 1000 bytes"):
         _run("1aki", server.url, tmp_path, {**FAST, "max_bytes": 1000})
     with pytest.raises(FetchError, match="decompressed text exceeds 100000 bytes"):
@@ -276,7 +211,7 @@ def test_size_caps(server: _FaultServer, tmp_path: Path) -> None:
     _assert_nothing_written(tmp_path)
 
 
-def test_existing_output_untouched_on_failure(server: _FaultServer, tmp_path: Path) -> None:
+def test_existing_output_untouched_on_failure(server: FaultServer, tmp_path: Path) -> None:
     _run("1aki", server.url, tmp_path)
     before = (tmp_path / "raw" / "1aki.cif.gz").read_bytes()
     server.faults["/download/1AKI.cif.gz"] = "truncated-gzip"
@@ -304,17 +239,88 @@ def test_manifest_sorted_one_row_per_entry(pdb_mirror: Path, tmp_path: Path) -> 
         read_records([*records, copy])
 
 
-def test_cli_exit_codes(pdb_mirror: Path, tmp_path: Path) -> None:
-    def cli(entry: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "foldworks.fetch", "--entry", entry, "--source", str(pdb_mirror),
-             "--out", str(tmp_path / f"{entry[:4]}.cif.gz"), "--record", str(tmp_path / "r.json"),
-             "--params", json.dumps(FAST)], capture_output=True, text=True, timeout=60)
+def _cli(entry: str, source: str, tmp_path: Path, params: dict | None = None) -> subprocess.CompletedProcess:
+    """The workflow's form of the fetch command (record + failures folder)."""
+    return subprocess.run(
+        [sys.executable, "-m", "foldworks.fetch", "--entry", entry, "--source", source,
+         "--out", str(tmp_path / "raw" / f"{entry[:4]}.cif.gz"), "--record", str(tmp_path / "raw" / f"{entry[:4]}.json"),
+         "--params", json.dumps(params or FAST), "--failures-dir", str(tmp_path / "failures"),
+         "--attempt-token", "t1"], capture_output=True, text=True, timeout=60)
 
-    ok = cli("1crn")
+
+def test_manifest_skips_failed_records(pdb_mirror: Path, tmp_path: Path) -> None:
+    _run("1crn", str(pdb_mirror), tmp_path)
+    assert _cli("9zzz", str(pdb_mirror), tmp_path).returncode == 0
+    out = tmp_path / "manifest.tsv"
+    assert write_manifest(sorted((tmp_path / "raw").glob("*.json")), out) == 1
+    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()[1:]] == ["1crn"]
+
+
+def test_cli_records_failures_as_data(pdb_mirror: Path, tmp_path: Path) -> None:
+    ok = _cli("1crn", str(pdb_mirror), tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert (tmp_path / "1crn.cif.gz").exists()
-    missing = cli("9zzz")
-    assert missing.returncode == 1 and "entry 9zzz not found" in missing.stderr
-    invalid = cli("../x")
+    assert (tmp_path / "raw" / "1crn.cif.gz").exists()
+    assert json.loads((tmp_path / "raw" / "1crn.json").read_text())["attempt_token"] == "t1"
+    missing = _cli("9zzz", str(pdb_mirror), tmp_path)
+    assert missing.returncode == 0 and "entry 9zzz not found" in missing.stderr
+    record = json.loads((tmp_path / "raw" / "9zzz.json").read_text())
+    assert record["status"] == "failed" and record["transient"] is False
+    assert record["reason"] == f"entry 9zzz not found at {pdb_mirror}"
+    assert not (tmp_path / "raw" / "9zzz.cif.gz").exists()
+    failure = json.loads((tmp_path / "failures" / "fetch" / "9zzz.json").read_text())
+    assert (failure["stage"], failure["key"], failure["reason"]) == ("fetch", "9zzz", record["reason"])
+    invalid = subprocess.run([sys.executable, "-m", "foldworks.fetch", "--entry", "../x", "--source", str(pdb_mirror),
+                              "--out", str(tmp_path / "x.cif.gz"), "--record", str(tmp_path / "x.json")],
+                             capture_output=True, text=True, timeout=60)
     assert invalid.returncode == 2 and "'../x'" in invalid.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["failures", "raw"]  # nothing named after '../x'
+
+
+def test_cli_failure_after_success_and_success_after_failure(server: FaultServer, pdb_mirror: Path, tmp_path: Path) -> None:
+    """A later failure removes the stale structure; a later success removes the failure record."""
+    assert _cli("1aki", server.url, tmp_path).returncode == 0
+    assert (tmp_path / "raw" / "1aki.cif.gz").exists()
+    server.faults["/download/1AKI.cif.gz"] = "500"
+    result = _cli("1aki", server.url, tmp_path)
+    assert result.returncode == 0 and "transient: retried on the next run" in result.stderr
+    record = json.loads((tmp_path / "raw" / "1aki.json").read_text())
+    assert record["status"] == "failed" and record["transient"] is True and "HTTP 500" in record["reason"]
+    assert not (tmp_path / "raw" / "1aki.cif.gz").exists()
+    assert (tmp_path / "failures" / "fetch" / "1aki.json").exists()
+    assert server.hits["/download/1AKI.cif.gz"] == 1 + 3
+    del server.faults["/download/1AKI.cif.gz"]
+    assert _cli("1aki", server.url, tmp_path).returncode == 0
+    assert (tmp_path / "raw" / "1aki.cif.gz").read_bytes() == (pdb_mirror / "1aki.cif.gz").read_bytes()
+    assert json.loads((tmp_path / "raw" / "1aki.json").read_text())["status"] == "ok"
+    assert not (tmp_path / "failures" / "fetch" / "1aki.json").exists()
+
+
+@pytest.mark.parametrize("fault, transient", [("500", True), ("stall", True), ("short-body", True),
+                                              ("404", False), ("truncated-gzip", False), ("wrong-type", False)])
+def test_failures_say_whether_a_retry_can_help(fault: str, transient: bool, server: FaultServer, tmp_path: Path) -> None:
+    server.faults["/download/1AKI.cif.gz"] = fault
+    server.faults["/download/1AKI.pdb.gz"] = "404"
+    with pytest.raises(FetchError) as info:
+        _run("1aki", server.url, tmp_path, {"timeout_s": 0.3, "retries": 1, "backoff_s": 0.01})
+    assert info.value.transient is transient and "entry 1aki" in str(info.value)
+    assert server.hits["/download/1AKI.cif.gz"] == (2 if transient else 1)
+    _assert_nothing_written(tmp_path)
+
+
+def test_next_attempt_token_changes_only_for_transient_failures(server: FaultServer, tmp_path: Path) -> None:
+    """The fetch rule's ``attempt`` param: a new value (-> Snakemake reruns the job) only when the
+    record is a transient failure; stable for ok records and permanent failures."""
+    record = tmp_path / "raw" / "1aki.json"
+    assert next_attempt_token(record) == "first"
+    server.faults["/download/1AKI.cif.gz"] = "503"
+    _cli("1aki", server.url, tmp_path, {"timeout_s": 5, "retries": 0})
+    failed = json.loads(record.read_text())
+    token = next_attempt_token(record)
+    assert failed["transient"] and token.startswith("retry-after-") and token != failed["attempt_token"]
+    del server.faults["/download/1AKI.cif.gz"]
+    _cli("1aki", server.url, tmp_path)
+    assert next_attempt_token(record) == json.loads(record.read_text())["attempt_token"] == "t1"
+    _cli("9zzz", server.url, tmp_path)  # permanent: the token stays what the record says
+    assert next_attempt_token(tmp_path / "raw" / "9zzz.json") == "t1"
+    record.write_text("{not json")
+    assert next_attempt_token(record) == "first"

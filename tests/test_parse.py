@@ -105,8 +105,9 @@ def test_write_and_load_roundtrip(parse, tmp_path: Path) -> None:
         assert np.array_equal(loaded[name], p.arrays["H"][name]) and loaded[name].dtype == p.arrays["H"][name].dtype
     with pytest.raises(KeyError, match="'Z'"):
         load_parsed_chain(npz, "Z")
-    assert sorted(p.to_json()) == sorted(["entry", "status", "reason", "method", "resolution", "release_date",
-                                          "deposition_date", "n_models", "chains", "ligands"])
+    assert sorted(p.to_json()) == sorted(["entry", "status", "reason", "failed_stage", "method", "resolution",
+                                          "release_date", "deposition_date", "n_models", "chains", "ligands"])
+    assert meta["failed_stage"] is None
 
 
 @pytest.mark.parametrize("entry", MIRROR_ENTRIES_CHECKED)
@@ -356,6 +357,53 @@ def test_cli_ok_failed_and_bad_args(pdb_mirror: Path, tmp_path: Path) -> None:
     missing = _cli("--entry", "1aki", "--input", str(tmp_path / "none.cif.gz"), "--out-npz", str(tmp_path / "x.npz"),
                    "--out-json", str(tmp_path / "x.json"))
     assert missing.returncode == 2 and not (tmp_path / "x.json").exists()
+
+
+def _fetch(entry: str, source: Path, tmp_path: Path) -> Path:
+    """Run the fetch CLI as the workflow does; returns the record path."""
+    record = tmp_path / "raw" / f"{entry}.json"
+    result = subprocess.run([sys.executable, "-m", "foldworks.fetch", "--entry", entry, "--source", str(source),
+                             "--out", str(tmp_path / "raw" / f"{entry}.cif.gz"), "--record", str(record),
+                             "--failures-dir", str(tmp_path / "failures")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return record
+
+
+def _parse_cli(entry: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return _cli("--entry", entry, "--fetch-record", str(tmp_path / "raw" / f"{entry}.json"),
+                "--input", str(tmp_path / "raw" / f"{entry}.cif.gz"), "--out-npz", str(tmp_path / "p" / f"{entry}.npz"),
+                "--out-json", str(tmp_path / "p" / f"{entry}.json"), "--failures-dir", str(tmp_path / "failures"))
+
+
+def test_cli_with_fetch_record_failed_fetch_is_passed_on(pdb_mirror: Path, tmp_path: Path) -> None:
+    _fetch("9zzz", pdb_mirror, tmp_path)
+    result = _parse_cli("9zzz", tmp_path)
+    assert result.returncode == 0 and "entry 9zzz not found" in result.stderr
+    meta = read_parsed_json(tmp_path / "p" / "9zzz.json")
+    assert (meta["status"], meta["failed_stage"]) == ("failed", "fetch") and "not found at" in meta["reason"]
+    assert np.load(tmp_path / "p" / "9zzz.npz").files == []
+    assert not (tmp_path / "failures" / "parse").exists()  # recorded once, by fetch
+
+
+def test_cli_with_fetch_record_checks_the_stored_file(pdb_mirror: Path, tmp_path: Path) -> None:
+    _fetch("1crn", pdb_mirror, tmp_path)
+    assert _parse_cli("1crn", tmp_path).returncode == 0
+    assert read_parsed_json(tmp_path / "p" / "1crn.json")["status"] == "ok"
+    raw = tmp_path / "raw" / "1crn.cif.gz"
+    raw.write_bytes((pdb_mirror / "1ubq.cif.gz").read_bytes())  # replaced behind the record's back
+    assert _parse_cli("1crn", tmp_path).returncode == 0
+    meta = read_parsed_json(tmp_path / "p" / "1crn.json")
+    assert (meta["status"], meta["failed_stage"]) == ("failed", "parse")
+    assert "does not match its fetch record" in meta["reason"] and "--forcerun" in meta["reason"]
+    failure = json.loads((tmp_path / "failures" / "parse" / "1crn.json").read_text())
+    assert failure["key"] == "1crn" and failure["reason"] == meta["reason"]
+    raw.unlink()
+    assert _parse_cli("1crn", tmp_path).returncode == 0
+    assert "is missing although its fetch record is ok" in read_parsed_json(tmp_path / "p" / "1crn.json")["reason"]
+    _fetch("1crn", pdb_mirror, tmp_path)  # refetched: the parse succeeds and its failure record goes
+    assert _parse_cli("1crn", tmp_path).returncode == 0
+    assert read_parsed_json(tmp_path / "p" / "1crn.json")["status"] == "ok"
+    assert not (tmp_path / "failures" / "parse" / "1crn.json").exists()
 
 
 def test_stage_modules_do_not_import_torch() -> None:

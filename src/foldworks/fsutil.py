@@ -1,7 +1,10 @@
 """Atomic file writing: every output appears complete or not at all.
 
 A killed job never leaves a partial file behind: we write to a temporary name in the same
-directory, flush and fsync, then ``os.replace`` it onto the final name.
+directory, flush and fsync, then ``os.replace`` it onto the final name (and fsync the directory).
+A SIGKILL before the rename can leave only the hidden temp ``.<name>.<random>.tmp[<suffix>]``,
+which no stage reads; ``find data results -name '.*.tmp*' -delete`` removes such leftovers
+(when no run is active).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, final)
+        _fsync_dir(final.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -62,9 +66,12 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def write_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> None:
-    """Save ``arrays`` with ``np.savez_compressed`` atomically (keys may contain ``/``)."""
-    with atomic_path(path, suffix=".npz") as tmp:
-        np.savez_compressed(tmp, **arrays)
+    """Save ``arrays`` with ``np.savez_compressed`` atomically (keys may contain ``/``).
+
+    Written through a file handle, so the temp name ends in ``.tmp`` (a path would get ``.npz``
+    appended, and a temp left by a killed job would then match ``*.npz``)."""
+    with atomic_open(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)
 
 
 def write_tsv_atomic(path: str | os.PathLike[str], header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -73,6 +80,20 @@ def write_tsv_atomic(path: str | os.PathLike[str], header: Sequence[str], rows: 
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(header)
         writer.writerows(rows)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (best effort: some file systems refuse fsync on directories)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -20,4 +20,5 @@ checkpoint chains:
     shell:
         "python -m foldworks.chains --parsed {input} --out-table {output.table}"
         " --out-fasta {output.fasta} --sequences-dir data/sequences"
-        " --failures {output.failures} --params {params.cfg:q} --threads {threads} 2> {log}"
+        " --failures {output.failures} --failures-dir data/failures --params {params.cfg:q}"
+        " --threads {threads} 2> {log}"

@@ -2,7 +2,13 @@
 
 python -m foldworks.chains --parsed data/parsed/*.json --out-table data/chains.parquet \
     --out-fasta data/chains.fasta --sequences-dir data/sequences \
-    --failures data/parsed/failures.tsv --params '{...}' --threads 2
+    --failures data/parsed/failures.tsv --params '{...}' --threads 2 [--failures-dir data/failures]
+
+Entries that failed earlier (fetch, parse) are listed in ``--failures`` and skipped. With
+``--failures-dir``, every entry none of whose chains is kept (all filtered, e.g. a DNA-only
+entry under a protein-only config, or a chain of only unknown residues) gets a failure record
+``<dir>/chains/<entry>.json``; records of entries that now keep a chain are removed.
+Exit status 1 only when no chain at all is left (every entry failed or was filtered).
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from foldworks import failures as failure_records
 from foldworks.chains.leakage import LeakageError, check_no_leakage
 from foldworks.chains.splits import add_clusters_and_splits
-from foldworks.chains.table import EmptyDatasetError, apply_filters, read_parsed_records, rows_to_frame
+from foldworks.chains.table import (EmptyDatasetError, apply_filters, empty_message, entries_without_chains,
+                                    read_parsed_records, rows_to_frame)
 from foldworks.fsutil import atomic_path, write_bytes_atomic, write_tsv_atomic
+from foldworks.ids import ENTRY_PATTERN
 from foldworks.logutil import setup_logging
 
 log = logging.getLogger("foldworks.chains")
@@ -70,7 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--failures", required=True, type=Path)
     parser.add_argument("--params", default="{}", help="config slice `chains` as JSON")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--failures-dir", type=Path, default=None,
+                        help="write/clear <dir>/chains/<entry>.json for entries with no chain kept")
     return parser
+
+
+def sync_chain_failures(frame: pd.DataFrame, entries: list[str], failures_dir: Path | None) -> int:
+    """Record entries of ``frame`` with no chain kept, clear the others' records; returns the count."""
+    lost = entries_without_chains(frame)
+    for entry, reason in lost.items():
+        log.warning("%s", reason)
+    if failures_dir is None:
+        return len(lost)
+    for entry in entries:
+        if entry in lost:
+            failure_records.record_failure("chains", entry, lost[entry], failures_dir)
+        else:
+            failure_records.clear_failure("chains", entry, failures_dir)
+    return len(lost)
 
 
 def run(args: argparse.Namespace, params: dict) -> None:
@@ -78,12 +104,18 @@ def run(args: argparse.Namespace, params: dict) -> None:
     rows, failures = read_parsed_records(args.parsed)
     for failure in failures:
         log.warning("entry %s skipped: %s", failure["entry"], failure["reason"])
+    entries = sorted(e for e in {row["entry"] for row in rows} | {f["entry"] for f in failures}
+                     if ENTRY_PATTERN.fullmatch(e))
     if not rows:
         raise EmptyDatasetError(f"no chains: all {len(failures)} parsed entries failed (see their reasons above)")
-    frame = apply_filters(rows_to_frame(rows), params["filters"])
+    frame = apply_filters(rows_to_frame(rows), params["filters"], allow_empty=True)
+    if not frame["passed_filters"].any():
+        sync_chain_failures(frame, entries, args.failures_dir)
+        raise EmptyDatasetError(empty_message(frame.attrs.get("emptied_by", "?")))
     min_seq_id, coverage = float(params["clustering"]["min_seq_id"]), float(params["clustering"]["coverage"])
     frame = add_clusters_and_splits(frame, min_seq_id, coverage, params["splits"], args.threads)
     check_no_leakage(frame, min_seq_id, coverage, args.threads)
+    sync_chain_failures(frame, entries, args.failures_dir)
 
     with atomic_path(args.out_table, suffix=".parquet") as tmp:
         frame.to_parquet(tmp, index=False)

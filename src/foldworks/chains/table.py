@@ -35,10 +35,16 @@ def read_parsed_records(json_paths: Iterable[str | Path]) -> tuple[list[dict[str
     rows: list[dict[str, Any]] = []
     failures: list[dict[str, str]] = []
     for path in sorted(map(Path, json_paths)):
-        record = json.loads(path.read_text())
-        entry = normalize_entry(record["entry"])
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            entry = normalize_entry(record["entry"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # never one file stopping the table
+            entry = path.name.removesuffix(".json")
+            failures.append({"entry": entry, "stage": "parse", "reason": f"entry {entry}: {path} unreadable: {exc}"})
+            continue
         if record.get("status") != "ok":
-            failures.append({"entry": entry, "stage": "parse", "reason": str(record.get("reason"))})
+            stage = str(record.get("failed_stage") or "parse")
+            failures.append({"entry": entry, "stage": stage, "reason": " ".join(str(record.get("reason")).split())})
             continue
         for chain in record["chains"]:
             rows.append(_chain_row(entry, record, chain))
@@ -88,9 +94,17 @@ def _max_residue_fraction(sequence: str) -> float:
     return max(sequence.count(aa) for aa in set(sequence)) / len(sequence) if sequence else 1.0
 
 
+def _has_known_residue(sequence: str) -> bool:
+    return any(letter != "X" for letter in sequence)
+
+
 def filter_masks(frame: pd.DataFrame, filters: dict[str, Any]) -> list[tuple[str, pd.Series]]:
-    """Ordered ``(name, keep_mask)`` pairs for the configured filters (absent/None = off)."""
-    masks: list[tuple[str, pd.Series]] = []
+    """Ordered ``(name, keep_mask)`` pairs for the configured filters (absent/None = off).
+
+    ``unknown_residues`` is always on: a chain whose every residue is unknown (``X``, e.g. all
+    ``UNK``) has no sequence to align or learn from.
+    """
+    masks: list[tuple[str, pd.Series]] = [("unknown_residues", frame["sequence"].apply(_has_known_residue))]
     if filters.get("molecule_types"):
         masks.append(("molecule_types", frame["molecule_type"].isin(filters["molecule_types"])))
     if filters.get("methods"):
@@ -115,8 +129,9 @@ def filter_masks(frame: pd.DataFrame, filters: dict[str, Any]) -> list[tuple[str
     return masks
 
 
-def apply_filters(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
-    """Add ``passed_filters`` / ``filter_reason``; log each filter's removals; refuse an empty result."""
+def apply_filters(frame: pd.DataFrame, filters: dict[str, Any], allow_empty: bool = False) -> pd.DataFrame:
+    """Add ``passed_filters`` / ``filter_reason``; log each filter's removals; refuse an empty result
+    (with ``allow_empty`` the caller checks, after recording why each entry lost its chains)."""
     frame = frame.copy()
     frame["passed_filters"] = True
     frame["filter_reason"] = ""
@@ -126,5 +141,26 @@ def apply_filters(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.DataFrame:
         frame.loc[removed, "filter_reason"] = name
         frame.loc[removed, "passed_filters"] = False
         if not frame["passed_filters"].any():
-            raise EmptyDatasetError(f"filter {name!r} removed every remaining chain; loosen config chains.filters")
+            if allow_empty:
+                frame.attrs["emptied_by"] = name
+                break
+            raise EmptyDatasetError(empty_message(name))
     return frame
+
+
+def empty_message(filter_name: str) -> str:
+    return f"filter {filter_name!r} removed every remaining chain; loosen config chains.filters"
+
+
+def entries_without_chains(frame: pd.DataFrame) -> dict[str, str]:
+    """``{entry: reason}`` for entries none of whose chains passed, e.g.
+    ``"entry 1bna: no chain kept (A: molecule_types [dna]; B: molecule_types [dna])"``."""
+    out: dict[str, str] = {}
+    for entry, rows in frame.groupby("entry", sort=True):
+        if rows["passed_filters"].any():
+            continue
+        parts = [f"{c}: {r or 'filtered'} [{m}, {n} aa]" for c, r, m, n in
+                 zip(rows["chain"], rows["filter_reason"], rows["molecule_type"], rows["length"])]
+        shown = "; ".join(parts[:6]) + (f"; +{len(parts) - 6} more" if len(parts) > 6 else "")
+        out[str(entry)] = f"entry {entry}: no chain kept ({shown})"
+    return out

@@ -2,14 +2,18 @@
 
 ``fetch_entry`` tries ``<ID>.cif.gz`` then ``<ID>.pdb.gz``; it validates the bytes (see
 :mod:`foldworks.fetch.validate`), converts legacy PDB to mmCIF, and only then writes
-``data/raw/{entry}.cif.gz`` and the record JSON atomically. A failure leaves no file behind.
+``data/raw/{entry}.cif.gz`` and the record JSON (``status: ok``) atomically. A failure raises
+:class:`FetchError` and leaves no file behind; :func:`failed_record` is the record the CLI then
+writes instead (``status: failed``, one-line ``reason``, ``transient``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import logging
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +21,7 @@ from typing import Any, Mapping
 
 from foldworks import fsutil
 from foldworks.fetch import convert, validate
-from foldworks.fetch.http import FetchError, NotFound, RetryPolicy, http_get
+from foldworks.fetch.http import FetchError, NotFound, RetryPolicy, TransientError, http_get
 from foldworks.ids import normalize_entry
 
 LOG = logging.getLogger(__name__)
@@ -83,10 +87,13 @@ def _read_local(directory: str, entry: str, fmt: str, max_bytes: int) -> tuple[s
     for name in (f"{entry}.{fmt}.gz", f"{entry.upper()}.{fmt}.gz"):
         path = Path(directory) / name
         if path.is_file():
-            size = path.stat().st_size
-            if size > max_bytes:
-                raise FetchError(f"entry {entry}: {path} is {size} bytes, over the limit of {max_bytes}")
-            return str(path), path.read_bytes()
+            try:
+                size = path.stat().st_size
+                if size > max_bytes:
+                    raise FetchError(f"entry {entry}: {path} is {size} bytes, over the limit of {max_bytes} bytes")
+                return str(path), path.read_bytes()
+            except OSError as exc:  # an unreadable mirror (NFS hiccup, permissions) may recover
+                raise TransientError(f"entry {entry}: cannot read {path}: {exc}") from exc
     return None
 
 
@@ -105,8 +112,8 @@ def _download(entry: str, kind: str, base: str, params: FetchParams, attempts: d
             attempts[url] = 1
             LOG.info("entry %s: %s not found, trying the next format", entry, url)
             continue
-        except FetchError as exc:
-            raise FetchError(f"entry {entry}: {exc}") from exc
+        except FetchError as exc:  # keep the class: TransientError stays retryable
+            raise type(exc)(f"entry {entry}: {exc}") from exc
         attempts[url] = download.attempts
         return fmt, url, download.data
     raise FetchError(f"entry {entry} not found at {base}")
@@ -127,9 +134,54 @@ def _to_mmcif_bytes(entry: str, fmt: str, label: str, data: bytes, params: Fetch
     return convert.gzip_deterministic(cif_text.encode("utf-8"))
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def failed_record(entry: str, source: str, exc: BaseException, attempt_token: str = "") -> dict[str, Any]:
+    """The record of a failed fetch: ``status: failed``, a one-line ``reason`` naming the entry,
+    ``transient`` (True: network/server trouble, retried on the next workflow run)."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    if entry not in reason:
+        reason = f"entry {entry}: {reason}"
+    return {
+        "entry": entry,
+        "status": "failed",
+        "reason": reason[:500],
+        "transient": bool(getattr(exc, "transient", False)),
+        "source": source,
+        "attempt_token": attempt_token,
+        "failed_at": _now(),
+    }
+
+
+def next_attempt_token(record_path: str | Path) -> str:
+    """The fetch rule's ``attempt`` param for the entry whose record is at ``record_path``.
+
+    ``"first"`` without a record; the token stored in the record (unchanged: nothing to redo)
+    for an ok or permanently failed entry; a new token, derived from the failure time, for a
+    transient failure, so Snakemake's params trigger reruns exactly that entry on the next run.
+    """
+    try:
+        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "first"
+    if not isinstance(record, dict):
+        return "first"
+    if record.get("status") == "failed" and record.get("transient"):
+        token = f"retry-after-{record.get('failed_at', '')}"
+    else:
+        token = str(record.get("attempt_token") or "first")
+    return re.sub(r"[^A-Za-z0-9:+_.-]", "_", token)[:80]
+
+
 def fetch_entry(entry: str, source: str, out: str | Path, record_path: str | Path,
-                params: Mapping[str, Any] | FetchParams | None = None) -> FetchResult:
-    """Download, validate and store one entry; returns the record (also written to ``record_path``)."""
+                params: Mapping[str, Any] | FetchParams | None = None, attempt_token: str = "") -> FetchResult:
+    """Download, validate and store one entry; returns the record (also written to ``record_path``).
+
+    ``attempt_token`` is copied into the record (the workflow's retry bookkeeping, see
+    ``workflow/rules/fetch.smk``).
+    """
     entry = normalize_entry(entry)
     cfg = params if isinstance(params, FetchParams) else FetchParams.from_mapping(params)
     kind, base = classify_source(source)
@@ -139,15 +191,19 @@ def fetch_entry(entry: str, source: str, out: str | Path, record_path: str | Pat
         stored = _to_mmcif_bytes(entry, fmt, where, data, cfg)
     except FetchError as exc:
         raise FetchError(f"entry {entry}: {exc}") from exc
+    except (RuntimeError, ValueError) as exc:  # gemmi conversion of an odd legacy file
+        raise FetchError(f"entry {entry}: {where}: cannot convert to mmCIF ({type(exc).__name__}: {exc})") from exc
     record = {
         "entry": entry,
+        "status": "ok",
+        "attempt_token": attempt_token,
         "source": source,
         "url_or_path": where,
         "source_format": fmt,
         "sha256": hashlib.sha256(data).hexdigest(),
         "stored_sha256": hashlib.sha256(stored).hexdigest(),
         "bytes": len(data),
-        "fetched_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "fetched_at": _now(),
     }
     fsutil.write_bytes_atomic(out, stored)
     fsutil.write_json_atomic(record_path, record)

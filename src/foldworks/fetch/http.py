@@ -3,6 +3,8 @@
 Transient failures (connection errors, timeouts, HTTP 5xx/429, bodies shorter than their
 ``Content-Length``) are retried up to ``retries`` times, waiting ``backoff_s * 2**k`` seconds
 (capped at ``max_backoff_s``) before retry ``k + 1``. HTTP 404/410 is final and never retried.
+A body served as ``text/html`` is refused unread (an error page); other content types are
+judged by the bytes (:mod:`foldworks.fetch.validate`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ LOG = logging.getLogger(__name__)
 
 USER_AGENT = "foldworks-fetch/0.1 (+urllib)"
 CHUNK_BYTES = 1 << 20
+#: Content types never accepted as an entry, whatever the body (others are judged by content).
+REFUSED_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 
 class FetchError(RuntimeError):
-    """A download or validation failed; the message names the entry and the source."""
+    """A download or validation failed; the message names the entry and the source.
+
+    ``transient`` says whether trying again later may succeed (network trouble, server errors):
+    the workflow retries such entries on its next run, never permanent ones (404, bad content).
+    """
+
+    transient: bool = False
 
 
 class NotFound(FetchError):
@@ -31,6 +41,8 @@ class NotFound(FetchError):
 
 class TransientError(FetchError):
     """A failure worth retrying (connection, timeout, 5xx, short body)."""
+
+    transient = True
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ def _attempt(url: str, timeout_s: float, max_bytes: int) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            if response.headers.get_content_type() in REFUSED_CONTENT_TYPES:
+                raise FetchError(f"{url}: served as {response.headers.get_content_type()} "
+                                 "(an error or login page, not a structure file)")
             return _read_capped(response, url, max_bytes)
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410):

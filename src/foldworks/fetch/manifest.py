@@ -1,4 +1,7 @@
-"""Gather fetch records into ``data/raw/manifest.tsv`` (one row per entry, sorted by entry).
+"""Gather fetch records into ``data/raw/manifest.tsv`` (one row per stored entry, sorted by entry).
+
+Records of failed fetches (``status: failed``) have no stored file and no row here; they are in
+the failures report (``results/failures.tsv``).
 
 CLI: ``python -m foldworks.fetch.manifest --records data/raw/*.json --out data/raw/manifest.tsv``
 """
@@ -22,10 +25,13 @@ COLUMNS = ("entry", "source_format", "bytes", "sha256", "stored_sha256", "url_or
 
 
 def read_records(paths: Iterable[str | Path]) -> list[dict]:
-    """Load records, check their fields, refuse two records for one entry; sorted by entry."""
+    """Load the records of stored entries (failed fetches skipped), check their fields, refuse two
+    records for one entry; sorted by entry."""
     by_entry: dict[str, dict] = {}
     for path in paths:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
+        if record.get("status", "ok") != "ok":
+            continue
         missing = [c for c in COLUMNS if c not in record]
         if missing:
             raise ValueError(f"record {path}: missing field(s) {missing}")

@@ -76,6 +76,7 @@ class ParsedEntry:
     entry: str
     status: str = "ok"
     reason: str | None = None
+    failed_stage: str | None = None  # "fetch" or "parse" when status is "failed"
     method: str | None = None
     resolution: float | None = None
     release_date: str | None = None
@@ -87,7 +88,7 @@ class ParsedEntry:
 
     def to_json(self) -> dict[str, Any]:
         """The ``data/parsed/{entry}.json`` object (docs/DATA_FORMATS.md section 2)."""
-        keys = ("entry", "status", "reason", "method", "resolution", "release_date",
+        keys = ("entry", "status", "reason", "failed_stage", "method", "resolution", "release_date",
                 "deposition_date", "n_models", "chains", "ligands")
         return {k: getattr(self, k) for k in keys}
 
@@ -231,7 +232,7 @@ def _parse(path: Path, entry: str, opts: ParseOptions) -> ParsedEntry:
     table = atoms.model_table(st[0], st)
     records, arrays = _chains(st, table, block, entry, opts)
     if not records:
-        raise ParseError("no polymer chains")
+        raise ParseError("no polymer chains (only ligands, ions or water)")
     parsed = ParsedEntry(entry=entry, n_models=n_models, chains=records, arrays=arrays,
                          ligands=_ligands(table, not opts.remove_waters))
     for key, value in metadata.items():
@@ -244,7 +245,7 @@ def failed_entry(entry: str, reason: str) -> ParsedEntry:
     line = " ".join(reason.split())
     if entry not in line:
         line = f"entry {entry}: {line}"
-    return ParsedEntry(entry=entry, status="failed", reason=line[:500])
+    return ParsedEntry(entry=entry, status="failed", reason=line[:500], failed_stage="parse")
 
 
 def parse_entry(path: str | Path, entry: str, options: Mapping[str, Any] | ParseOptions | None = None) -> ParsedEntry:

@@ -1,0 +1,38 @@
+# The failures report: results/failures.tsv (stage, key, one-line reason), one line per item that
+# did not make it through. Every stage writes its failure records as JSON to
+# data/failures/<stage>/<key>.json (foldworks.failures.record_failure) and removes them when the
+# item later succeeds; refused pdb.entries items come from the workflow load (ENTRY_PROBLEMS).
+# The rule builds the report once the chain table exists; the onsuccess/onerror hooks rebuild it
+# at the end of every (non-dry) run, adding later stages' records (msa, ...) and any job that
+# failed outright (rule name, wildcards, last line of its log), so a `--keep-going` run always
+# ends with one complete report.
+
+from foldworks.failures import capped_rows, refresh_after_run
+
+
+rule failures_report:
+    input:
+        records=expand("data/raw/{entry}.json", entry=ENTRIES),
+        parsed=expand("data/parsed/{entry}.json", entry=ENTRIES),
+        table="data/chains.parquet",
+    output:
+        "results/failures.tsv",
+    params:
+        # bounded: one shell argument; the hooks add every refused item
+        extra=json.dumps(capped_rows(ENTRY_PROBLEMS, 500), sort_keys=True),
+        code=code_hash("failures"),
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/failures_report.log",
+    shell:
+        "python -m foldworks.failures --root data/failures --out {output:q} --records {input.records}"
+        " --chains {input.table:q} --extra {params.extra:q} 2> {log:q}"
+
+
+onsuccess:
+    logger.info(refresh_after_run(workflow, ENTRIES, ENTRY_PROBLEMS))
+
+
+onerror:
+    logger.warning(refresh_after_run(workflow, ENTRIES, ENTRY_PROBLEMS))
