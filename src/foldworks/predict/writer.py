@@ -46,5 +46,5 @@ def ca_structure(sequence: str, ca_coords: np.ndarray, plddt: np.ndarray, name: 
 def write_ca_mmcif(path: str | Path, sequence: str, ca_coords: np.ndarray, plddt: np.ndarray, name: str) -> None:
     """Atomically write :func:`ca_structure` as mmCIF to ``path``."""
     document = ca_structure(sequence, ca_coords, plddt, name).make_mmcif_document()
-    with atomic_path(path, suffix=".cif") as tmp:
+    with atomic_path(path) as tmp:  # no .cif suffix: a leftover temp must not match *.cif
         document.write_file(str(tmp))

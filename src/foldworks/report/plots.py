@@ -37,7 +37,7 @@ _DPI = 120
 
 def save_figure(figure: plt.Figure, path: str | Path) -> None:
     """Save ``figure`` as PNG to ``path`` atomically and close it."""
-    with atomic_path(path, suffix=".png") as tmp:
+    with atomic_path(path) as tmp:  # format given explicitly; temp never matches *.png
         figure.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")
     plt.close(figure)
 
