@@ -15,12 +15,14 @@ SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 OVERRIDES := .make/overrides.yaml
 
-.PHONY: demo test setup venv sysdeps testdeps lint report clean-results lock help
+.PHONY: demo test setup venv sysdeps testdeps lint report clean-results lock help push pull
 
 help:
 	@echo "make demo   - set up, then run the whole workflow on $(CONFIG)"
 	@echo "make test   - set up, then run the test suite"
 	@echo "make demo PDB_SOURCE=../shared/pdb_mirror EXTRA_FASTA=../shared/seqdb/seqdb.fasta  (offline)"
+	@echo "make push   - after a run: record data/ and results/ with DVC, push them, list the files to commit"
+	@echo "make pull   - in a clone: dvc pull, check provenance, make Snakemake see everything up to date"
 
 setup: venv sysdeps
 
@@ -46,7 +48,7 @@ $(OVERRIDES): FORCE
 	@mkdir -p .make
 	@{ echo "# written by make from PDB_SOURCE / EXTRA_FASTA; do not edit"; \
 	   if [ -n "$(PDB_SOURCE)" ]; then echo "pdb: {source: '$(abspath $(PDB_SOURCE))'}"; fi; \
-	   if [ -n "$(EXTRA_FASTA)" ]; then echo "msa: {extra_fasta: ['$(abspath $(EXTRA_FASTA))']}"; fi; \
+	   if [ -n "$(EXTRA_FASTA)" ]; then echo "msa: {databases: [{name: foldworks, fasta: ['$(abspath $(EXTRA_FASTA))']}]}"; fi; \
 	   if [ -z "$(PDB_SOURCE)$(EXTRA_FASTA)" ]; then echo "{}"; fi; } > $@.tmp
 	@cmp -s $@.tmp $@ 2>/dev/null && rm -f $@.tmp || mv $@.tmp $@
 
@@ -70,3 +72,20 @@ lock: venv
 
 clean-results:
 	rm -rf results/checkpoints results/predictions results/metrics results/plots results/summary.tsv
+
+# Reproducing a run with DVC (README "Reproducing a run"). Use the run's CONFIG, PDB_SOURCE,
+# EXTRA_FASTA and SNAKEMAKE_ARGS (profile). DVC_REMOTE: a remote other than the default one.
+# NO_SETUP=1: use $(VENV) as it is, without the install step (e.g. a linked, shared .venv).
+# ALLOW_UNVERIFIED=1: accept checkpoints/metrics that carry no provenance (runs made before it).
+DVC_REMOTE ?=
+NO_SETUP ?=
+ALLOW_UNVERIFIED ?=
+REPRO := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)/src" $(VPY) -m foldworks.repro
+REPRO_ARGS = --configfile $(CONFIG) $(OVERRIDES) --snakemake-args "$(SNAKEMAKE_ARGS)" \
+	$(if $(DVC_REMOTE),--remote $(DVC_REMOTE)) $(if $(ALLOW_UNVERIFIED),--allow-missing)
+
+push: $(if $(NO_SETUP),,venv) $(OVERRIDES)
+	$(REPRO) push $(REPRO_ARGS)
+
+pull: $(if $(NO_SETUP),,venv) $(OVERRIDES)
+	$(REPRO) pull $(REPRO_ARGS)

@@ -21,18 +21,20 @@ SHARED_MODULES: tuple[str, ...] = ("__init__.py", "constants.py", "ids.py", "fsu
 
 
 @lru_cache(maxsize=None)
-def code_hash(*parts: str) -> str:
+def code_hash(*parts: str, root: str | Path | None = None) -> str:
     """SHA-256 (16 hex chars) over the source of the named sub-packages/modules plus shared modules.
 
-    ``code_hash("parse")`` covers ``src/foldworks/parse/**/*.py`` and :data:`SHARED_MODULES`.
+    ``code_hash("parse")`` covers ``src/foldworks/parse/**/*.py`` and :data:`SHARED_MODULES`;
+    ``root`` is another checkout's ``src/foldworks`` (default: this package's directory).
     """
+    base = Path(root) if root is not None else PACKAGE_ROOT
     digest = hashlib.sha256()
-    files: list[Path] = [PACKAGE_ROOT / name for name in SHARED_MODULES]
+    files: list[Path] = [base / name for name in SHARED_MODULES]
     for part in parts:
-        target = PACKAGE_ROOT / part
+        target = base / part
         files.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")])
     for path in files:
-        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode())
+        digest.update(str(path.relative_to(base)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -104,3 +106,24 @@ def provenance_record(stage: str, config_slice: Any, code_parts: tuple[str, ...]
         "tools": dict(tools or {}),
         "input_manifest_hash": input_manifest_hash(list(inputs)),
     }
+
+
+#: A metrics table ``x.tsv`` carries its provenance in ``x.provenance.json`` beside it.
+SIDECAR_SUFFIX = ".provenance.json"
+
+
+def sidecar_path(path: str | Path) -> Path:
+    """``results/metrics/x.tsv`` -> ``results/metrics/x.provenance.json``."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(path.suffix) + SIDECAR_SUFFIX)
+
+
+def write_sidecars(outputs: list[str | Path], record: dict[str, Any]) -> list[Path]:
+    """Write ``record`` (see :func:`provenance_record`) beside each output file, atomically."""
+    from foldworks.fsutil import write_json_atomic  # numpy; not needed by the Snakefile's imports
+
+    written = []
+    for output in outputs:
+        written.append(sidecar_path(output))
+        write_json_atomic(written[-1], record)
+    return written

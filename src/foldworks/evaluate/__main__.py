@@ -22,6 +22,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json
 import logging
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from foldworks.evaluate.scoring import (
     EvaluationError, parse_params, score_file, split_targets, write_metrics, write_residues,
 )
 from foldworks.ids import InvalidIdentifier, split_target
+from foldworks.provenance import provenance_record, write_sidecars
 
 log = logging.getLogger("foldworks.evaluate")
 
@@ -71,6 +73,14 @@ def score_directory(directory: Path, features_dir: Path, required: list[str] | N
     return rows, residues
 
 
+def evaluated_inputs(predictions: Path, features_dir: Path, chains: Path | None) -> list[Path]:
+    """Files the scores depend on (for the provenance sidecar): every prediction ``*.cif`` under
+    ``predictions``, the feature file of each predicted target that exists, and ``chains``."""
+    cifs = sorted(predictions.rglob("*.cif"))
+    features = sorted({features_dir / f"{cif.stem}.npz" for cif in cifs})
+    return cifs + [path for path in features if path.exists()] + ([chains] if chains else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m foldworks.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 log.warning("no training-set predictions in %s; writing an empty table", train_dir)
             write_metrics(args.train_out, train_rows)
             log.info("wrote %d rows to %s", len(train_rows), args.train_out)
+        outputs = [path for path in (args.out, args.residues_out, args.train_out) if path is not None]
+        write_sidecars(outputs, provenance_record(
+            "evaluate", json.loads(args.params or "{}"), ("evaluate",),
+            inputs=evaluated_inputs(args.predictions, args.features_dir, args.chains)))
     except (EvaluationError, ValueError) as exc:
         log.error("%s", exc)
         return 1

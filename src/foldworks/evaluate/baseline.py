@@ -18,6 +18,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json
 import logging
 import math
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from foldworks.logutil import setup_logging
+from foldworks.provenance import provenance_record, write_sidecars
 from foldworks.evaluate.scoring import (
     EvaluationError, Prediction, load_reference, parse_params, score_prediction, split_targets,
     write_metrics,
@@ -73,10 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parse_params(args.params)
         outputs = [(args.out, "test")] + ([(args.train_out, "train")] if args.train_out else [])
+        inputs = [args.chains]
         for out, split in outputs:
-            rows = score_baseline(args.features_dir, split_targets(args.chains, [split]))
+            targets = split_targets(args.chains, [split])
+            rows = score_baseline(args.features_dir, targets)
             write_metrics(out, rows)
             log.info("wrote %d %s rows to %s", len(rows), split, out)
+            inputs.extend(args.features_dir / f"{target}.npz" for target in targets)
+        write_sidecars([out for out, _ in outputs], provenance_record(
+            "evaluate", json.loads(args.params or "{}"), ("evaluate",), inputs=inputs))
     except (EvaluationError, ValueError) as exc:
         log.error("%s", exc)
         return 1
