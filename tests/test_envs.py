@@ -1,6 +1,8 @@
 """The conda environments in envs/ agree with requirements.txt, and every rule whose stage runs
 HH-suite or MMseqs2 names envs/hhsuite.yaml (so `--software-deployment-method conda` gives it
-the binaries). Static checks: fast, no tools needed."""
+the binaries). The profiles: default is executor-agnostic, slurm picks partitions from the site
+variables, and `snakemake --profile slurm -n` batches per-entry jobs into bounded groups.
+Static checks plus two small dry runs (seconds each); no tools or cluster needed."""
 
 from __future__ import annotations
 
@@ -48,10 +50,14 @@ def env_pip_pins(env_file: Path) -> dict[str, str]:
 
 
 def parse_rules(text: str) -> dict[str, str]:
-    """Rule/checkpoint name -> its body text, from one .smk file."""
-    heads = list(re.finditer(r"^(?:rule|checkpoint)\s+(\w+)\s*:", text, flags=re.M))
+    """Rule/checkpoint name -> its body text, from one .smk file. A rule defined in several
+    branches (`if ...: rule x` / `else: rule x`, possibly indented) gets its bodies joined."""
+    heads = list(re.finditer(r"^[ \t]*(?:rule|checkpoint)\s+(\w+)\s*:", text, flags=re.M))
     ends = [m.start() for m in heads[1:]] + [len(text)]
-    return {m.group(1): text[m.end():end] for m, end in zip(heads, ends)}
+    rules: dict[str, str] = {}
+    for match, end in zip(heads, ends):
+        rules[match.group(1)] = rules.get(match.group(1), "") + text[match.end():end]
+    return rules
 
 
 def all_rules() -> dict[str, str]:
@@ -138,3 +144,144 @@ def test_hhsuite_env_matches_the_ci_tools():
             pytest.fail(f"{package} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh)")
         upstream = re.split(r"[+~]", shown.stdout.split(":")[-1])[0]  # 3.3.0+ds-7 -> 3.3.0
         assert _norm(conda[conda_name].replace("-", ".")) == _norm(upstream.replace("-", ".")), (package, upstream)
+
+
+# --- Profiles (profiles/default, profiles/local, profiles/slurm) -------------------------------
+
+PROFILES = REPO_ROOT / "profiles"
+GPU_RULES = ("train", "predict")
+
+
+def load_profile(name: str, env: dict[str, str], monkeypatch) -> dict:
+    """A profile as Snakemake reads it (YTE evaluated with ``env``): key -> value or list."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    for key in ("FOLDWORKS_SLURM_CPU_PARTITION", "FOLDWORKS_SLURM_GPU_PARTITION", "FOLDWORKS_SLURM_ACCOUNT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with open(PROFILES / name / "config.yaml") as stream:
+        return dict(ProfileConfigFileParser().parse(stream))
+
+
+def per_rule(items: list[str]) -> dict[tuple[str, str], str]:
+    """``["rule:name=expr", ...]`` -> {(rule, name): expr}."""
+    pairs = {}
+    for item in items:
+        target, _, expr = item.partition("=")
+        rule, _, name = target.partition(":")
+        pairs[(rule, name)] = expr
+    return pairs
+
+
+def test_default_profile_is_executor_agnostic(monkeypatch):
+    text = (PROFILES / "default" / "config.yaml").read_text()
+    assert "slurm" not in text.replace("profiles/slurm", "") and "__import__" not in text and "environ" not in text
+    profile = load_profile("default", {}, monkeypatch)
+    assert "executor" not in profile and "default-resources" not in profile
+    resources = per_rule(profile["set-resources"])
+    assert {name for _, name in resources} <= {"mem_mb", "runtime"}
+    # every per-entry and GPU stage has a wall-clock limit; msa escalates memory and time per attempt
+    for rule in ("fetch", "parse", "msa", "features", *GPU_RULES):
+        assert (rule, "runtime") in resources, rule
+    for name in ("mem_mb", "runtime"):
+        values = [eval(resources[("msa", name)], {"attempt": attempt}) for attempt in (1, 2, 3)]
+        assert values[0] < values[1] < values[2], (name, values)
+
+
+def test_slurm_profile_cpu_partition_and_account(monkeypatch, tmp_path):
+    profile = load_profile("slurm", {"FOLDWORKS_SLURM_CPU_PARTITION": "short", "FOLDWORKS_SLURM_ACCOUNT": "lab7",
+                                     "XDG_CACHE_HOME": str(tmp_path)}, monkeypatch)
+    assert profile["executor"] == "slurm"
+    assert int(profile["retries"]) >= 2
+    assert profile["slurm-status-command"] in {"squeue", "sacct"}
+    defaults = dict(item.split("=", 1) for item in profile["default-resources"])
+    assert defaults["slurm_partition"] == "'short'" and defaults["slurm_account"] == "'lab7'"
+    assert "slurm-partition-config" not in profile
+
+
+def test_slurm_profile_sends_gpu_jobs_to_the_gpu_partition(monkeypatch, tmp_path):
+    """With a GPU partition set, the plugin's own partition selection (2.8.0) reads the file the
+    profile wrote: a job requesting a GPU can only go to the GPU partition, others go to the CPU one."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+
+    profile = load_profile("slurm", {"FOLDWORKS_SLURM_CPU_PARTITION": "short", "FOLDWORKS_SLURM_GPU_PARTITION": "a100",
+                                     "XDG_CACHE_HOME": str(tmp_path)}, monkeypatch)
+    path = Path(profile["slurm-partition-config"])
+    assert path.is_relative_to(tmp_path)
+    defaults = dict(item.split("=", 1) for item in profile["default-resources"])
+    assert "slurm_partition" not in defaults  # a fixed partition would override the selection
+    partitions = read_partition_file(path)
+    logger = SimpleNamespace(info=print, warning=print, debug=lambda *_: None)
+
+    def pick(**resources):
+        return get_best_partition(partitions, SimpleNamespace(resources=resources, threads=2, name="job"), logger)
+
+    assert pick(gpu=1, mem_mb=8000, runtime=1440) == "a100"
+    assert pick(mem_mb=2000, runtime=2) == "short"
+    assert pick(mem_mb=4000, runtime=720, _cores=2) == "short"
+
+
+def test_profile_entry_points():
+    assert (REPO_ROOT / "slurm").resolve() == (PROFILES / "slurm").resolve()
+    assert requirement_pins()["snakemake-executor-plugin-slurm"] == "2.8.0"
+    local = yaml.safe_load((PROFILES / "local" / "config.yaml").read_text())
+    assert local["executor"] == "local"
+
+
+def dry_run(tmp_path: Path, n: int, scenario: str) -> str:
+    """`snakemake --profile slurm -n` (as typed in the repo root) at ``n`` synthetic entries."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from bench_dryrun import SITE_ENV, fake_upstream_outputs, synthetic_ids
+
+    ids = synthetic_ids(n)
+    (tmp_path / "entries.txt").write_text("\n".join(ids) + "\n")
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    config["pdb"]["entries"] = str(tmp_path / "entries.txt")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    if scenario == "after-chains":
+        fake_upstream_outputs(tmp_path, ids)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, **SITE_ENV, "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([str(bin_dir / "snakemake"), "--profile", "slurm", "-n", "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml")],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def group_sizes(log: str) -> dict[str, list[int]]:
+    """Group name -> number of jobs in each of its group jobs, from a dry-run log."""
+    sizes: dict[str, list[int]] = {}
+    current = None
+    for line in log.splitlines():
+        header = re.search(r"\] Group job (\S+)", line)
+        if header:
+            current = header.group(1)
+            sizes.setdefault(current, []).append(0)
+        elif re.match(r"^    (?:rule|checkpoint) \w+:$", line) and current:
+            sizes[current][-1] += 1
+        elif re.match(r"^(?:rule|checkpoint) \w+:$", line):
+            current = None
+    return sizes
+
+
+def test_dry_run_batches_per_entry_jobs_into_bounded_groups(tmp_path):
+    """250 entries, batches of 100: 3 fetch and 3 parse group jobs (Snakemake alone would merge
+    them into one group of 250 on its second DAG pass; workflow/rules/common.smk keeps them)."""
+    sizes = group_sizes(dry_run(tmp_path, 250, "fresh"))
+    assert sorted(sizes["batch_fetch"]) == [50, 100, 100]
+    assert sorted(sizes["batch_parse"]) == [50, 100, 100]
+
+
+def test_dry_run_after_chains_batches_msa_and_features(tmp_path):
+    """After the checkpoint: one msa and one features job per chain, in groups of 20 and 100."""
+    sizes = group_sizes(dry_run(tmp_path, 45, "after-chains"))
+    assert sorted(sizes["batch_msa"]) == [5, 20, 20]
+    assert sizes["batch_features"] == [45]
