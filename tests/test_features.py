@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,16 @@ import pytest
 
 from conftest import require_tool
 from foldworks.constants import ATOM_ORDER, ATOM_TYPE_NUM, RESTYPE_3TO1, RESTYPES, sequence_to_aatype
-from foldworks.features import FEATURE_KEYS, FeatureError, build_features, load_features
+from foldworks.features import (
+    FALLBACK_SOURCE, FEATURE_KEYS, FeatureError, MissingMsaError, build_features, load_features,
+)
 from foldworks.features.build import subsample_rows
 from foldworks.fsutil import write_npz_atomic
 from foldworks.ids import sequence_hash
-from foldworks.msa.a3m import a3m_records, format_a3m, match_columns, parse_a3m
+from foldworks.msa.a3m import a3m_records, format_a3m, match_columns, parse_a3m, read_header
 from foldworks.msa.build_db import build_database
 from foldworks.msa.fasta import read_fasta
+from foldworks.msa.postprocess import placeholder_a3m
 from foldworks.msa.search import run_hhblits
 
 #: hhfilter -id 100 keeps the database copy of the query itself: a real duplicate row.
@@ -83,6 +87,7 @@ def test_features_contract(lysozyme):
     np.testing.assert_array_equal(features["msa"][0], arrays["aatype"])
     assert str(features["sequence_hash"]) == sequence_hash(sequence_of(arrays))
     assert str(features["target"]) == "1aki_A" and str(features["sequence"]) == sequence_of(arrays)
+    assert str(features["msa_source"]) == "hhblits" and read_header(a3m)["status"] == "ok"
     assert features["residue_mask"].sum() == 129  # 1aki is fully resolved
     ca_ca = np.linalg.norm(features["atom_positions"][0, 1] - features["atom_positions"][1, 1])
     assert 3.7 < ca_ca < 3.9  # Å, consecutive trans CA atoms
@@ -142,3 +147,50 @@ def test_cli_roundtrip(lysozyme, tmp_path):
     np.testing.assert_array_equal(loaded["atom_positions"], arrays["atom_positions"])
     missing = subprocess.run(cmd[:6] + ["B"] + cmd[7:], capture_output=True, text=True)
     assert missing.returncode == 1 and "1aki_A" in missing.stderr and "B/aatype" in missing.stderr
+
+
+def failed_a3m(arrays: dict[str, np.ndarray]) -> str:
+    """The placeholder the msa stage writes after its last failed attempt."""
+    sequence = sequence_of(arrays)
+    meta = {"tool": "hhblits", "sequence_hash": sequence_hash(sequence), "length": len(sequence), "databases": {}}
+    return placeholder_a3m(sequence_hash(sequence), sequence, meta, "hhblits timed out after 900 s")
+
+
+def test_missing_msa_refused_without_fallback(lysozyme):
+    arrays, _ = lysozyme
+    with pytest.raises(MissingMsaError, match=r"1aki_A: no MSA for sequence [0-9a-f]{20} \(search failed: "
+                                              r"hhblits timed out.*allow_single_sequence_fallback is false"):
+        build_features(arrays, failed_a3m(arrays), "1aki_A", 256, 0)
+    with pytest.raises(MissingMsaError, match="1aki_A: no a3m given"):
+        build_features(arrays, None, "1aki_A", 256, 0)
+
+
+def test_single_sequence_fallback_is_marked(lysozyme):
+    arrays, real = lysozyme
+    for a3m in (failed_a3m(arrays), None):
+        features = build_features(arrays, a3m, "1aki_A", 256, 0, allow_fallback=True)
+        assert tuple(features) == FEATURE_KEYS and str(features["msa_source"]) == FALLBACK_SOURCE
+        assert features["msa"].shape == features["deletion_matrix"].shape == (1, len(arrays["aatype"]))
+        np.testing.assert_array_equal(features["msa"][0], arrays["aatype"])
+    # a real alignment is never marked, fallback allowed or not
+    assert str(build_features(arrays, real, "1aki_A", 256, 0, allow_fallback=True)["msa_source"]) == "hhblits"
+
+
+def test_cli_fallback_policy_and_failure_record(lysozyme, tmp_path):
+    arrays, _ = lysozyme
+    parsed = tmp_path / "1aki.npz"
+    write_npz_atomic(parsed, {f"A/{k}": v for k, v in arrays.items()})
+    (tmp_path / "failed.a3m").write_text(failed_a3m(arrays))
+    out, record = tmp_path / "features" / "1aki_A.npz", tmp_path / "failures" / "1aki_A.json"
+    cmd = [sys.executable, "-m", "foldworks.features", "--parsed", str(parsed), "--chain", "A",
+           "--a3m", str(tmp_path / "failed.a3m"), "--target", "1aki_A", "--out", str(out),
+           "--failure-record", str(record)]
+    refused = subprocess.run(cmd, capture_output=True, text=True)
+    assert refused.returncode == 1 and not out.exists()
+    assert "1aki_A: no MSA for sequence" in refused.stderr
+    failure = json.loads(record.read_text())
+    assert failure["stage"] == "features" and failure["key"] == "1aki_A" and "no MSA" in failure["reason"]
+    allowed = subprocess.run(cmd + ["--params", '{"allow_single_sequence_fallback": true}'],
+                             capture_output=True, text=True)
+    assert allowed.returncode == 0, allowed.stderr
+    assert load_features(out)["msa_source"] == FALLBACK_SOURCE and not record.exists()

@@ -4,6 +4,8 @@ Public API: :func:`build_features`, :func:`load_features` (see :mod:`foldworks.f
 Never imports torch.
 """
 
-from foldworks.features.build import FEATURE_KEYS, FeatureError, build_features, load_features
+from foldworks.features.build import (
+    FALLBACK_SOURCE, FEATURE_KEYS, FeatureError, MissingMsaError, build_features, load_features,
+)
 
-__all__ = ["FEATURE_KEYS", "FeatureError", "build_features", "load_features"]
+__all__ = ["FALLBACK_SOURCE", "FEATURE_KEYS", "FeatureError", "MissingMsaError", "build_features", "load_features"]

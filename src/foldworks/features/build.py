@@ -4,6 +4,12 @@ The MSA is deduplicated (identical query-aligned rows: the first is kept, with i
 counts) and capped at ``max_msa_rows`` rows: the query row is always row 0; the other rows are
 a uniform random subset, kept in their original (hhblits rank) order, drawn with a generator
 seeded by ``(seed, sequence hash)`` so the same inputs always give the same features.
+
+Missing-MSA policy: an a3m whose metadata says ``status: failed`` (every search attempt failed;
+see ``data/failures/msa/<hash>.json``) holds only the query. Features are then built only when
+the config allows single-sequence fallback (``msa.allow_single_sequence_fallback``), and are
+marked ``msa_source = "single_sequence_fallback"``; otherwise :class:`MissingMsaError` refuses
+the target, so training never silently uses a chain without its MSA.
 """
 
 from __future__ import annotations
@@ -17,19 +23,52 @@ import numpy as np
 
 from foldworks.constants import ATOM_TYPE_NUM, RESTYPES
 from foldworks.ids import SEQUENCE_HASH_PATTERN, sequence_hash, split_target
-from foldworks.msa.a3m import A3MError, a3m_records, parse_a3m
+from foldworks.msa.a3m import A3MError, a3m_records, parse_a3m, read_header
 
 #: Keys of a features file, in a fixed order.
 FEATURE_KEYS: tuple[str, ...] = (
     "aatype", "msa", "deletion_matrix", "residue_mask", "atom_positions", "atom_mask",
-    "target", "sequence", "sequence_hash",
+    "target", "sequence", "sequence_hash", "msa_source",
 )
+#: ``msa_source`` of features built without an alignment (the a3m search failed).
+FALLBACK_SOURCE = "single_sequence_fallback"
 #: Per-chain arrays read from the parsed npz (``"{chain}/<name>"``).
 CHAIN_KEYS: tuple[str, ...] = ("aatype", "atom_positions", "atom_mask", "residue_mask")
 
 
 class FeatureError(ValueError):
     """Inputs of one target are inconsistent; the message names the target."""
+
+
+class MissingMsaError(FeatureError):
+    """The target's MSA failed and single-sequence fallback is not allowed."""
+
+
+def msa_source(a3m_text: str, target: str, allow_fallback: bool) -> str:
+    """Where the MSA came from (the a3m metadata's ``tool``; ``"a3m"`` for an a3m without
+    foldworks metadata), or :data:`FALLBACK_SOURCE`; raises :class:`MissingMsaError` for a
+    failed search unless ``allow_fallback``."""
+    try:
+        meta = read_header(a3m_text)
+    except A3MError as exc:
+        raise FeatureError(f"{target}: {exc}") from exc
+    if meta is None:
+        return "a3m"
+    if meta.get("status") == "failed":
+        seq_hash = meta.get("sequence_hash", "?")
+        if not allow_fallback:
+            raise MissingMsaError(
+                f"{target}: no MSA for sequence {seq_hash} (search failed: {meta.get('reason', 'unknown')}; "
+                f"see data/failures/msa/{seq_hash}.json); refusing single-sequence features because "
+                "msa.allow_single_sequence_fallback is false")
+        return FALLBACK_SOURCE
+    return str(meta.get("tool", "a3m"))
+
+
+def query_only_a3m(aatype: np.ndarray) -> str:
+    """The one-row a3m of a chain (its sequence from ``aatype``, unknown residues as ``X``)."""
+    sequence = decode_aatype(aatype)
+    return f">{sequence_hash(sequence)}\n{sequence}\n"
 
 
 def decode_aatype(aatype: np.ndarray) -> str:
@@ -93,18 +132,28 @@ def subsample_rows(n_rows: int, max_rows: int, seed: int, seq_hash: str) -> np.n
     return np.concatenate([[0], np.sort(chosen)])
 
 
-def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str, target: str,
-                   max_msa_rows: int = 256, seed: int = 0) -> dict[str, np.ndarray]:
+def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str | None, target: str,
+                   max_msa_rows: int = 256, seed: int = 0,
+                   allow_fallback: bool = False) -> dict[str, np.ndarray]:
     """Feature arrays of one chain (keys :data:`FEATURE_KEYS`, dtypes as DATA_FORMATS.md §5).
 
     ``chain_arrays`` holds ``aatype [L]``, ``atom_positions [L, 37, 3]`` (Å), ``atom_mask
     [L, 37]`` and ``residue_mask [L]``; ``a3m_text``'s first record must be the chain's
     sequence (compared as ``aatype`` tokens, so non-standard letters match ``X``).
-    ``sequence`` is the A3M query row, ``sequence_hash`` its hash. Raises
-    :class:`FeatureError` naming ``target`` on any inconsistency.
+    ``sequence`` is the A3M query row, ``sequence_hash`` its hash, ``msa_source`` the search
+    tool or :data:`FALLBACK_SOURCE`. ``a3m_text=None`` (no alignment at all) and a failed
+    search's placeholder a3m are allowed only with ``allow_fallback``. Raises
+    :class:`FeatureError` naming ``target`` on any inconsistency (:class:`MissingMsaError`
+    for a refused missing MSA).
     """
     split_target(target)
     arrays = _chain_arrays(chain_arrays, target)
+    if a3m_text is None:
+        if not allow_fallback:
+            raise MissingMsaError(f"{target}: no a3m given and msa.allow_single_sequence_fallback is false")
+        a3m_text, source = query_only_a3m(arrays["aatype"]), FALLBACK_SOURCE
+    else:
+        source = msa_source(a3m_text, target, allow_fallback)
     try:
         records = a3m_records(a3m_text)
         msa, deletion_matrix = parse_a3m(a3m_text)
@@ -124,6 +173,7 @@ def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str, target
         "target": np.asarray(target),
         "sequence": np.asarray(query),
         "sequence_hash": np.asarray(seq_hash),
+        "msa_source": np.asarray(source),
     }
 
 
@@ -137,8 +187,8 @@ def load_chain_arrays(parsed_npz: str | os.PathLike[str], chain: str, target: st
 
 
 def load_features(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a features npz; 0-d string arrays (``target``, ``sequence``, ``sequence_hash``)
-    come back as Python ``str``, everything else as ``np.ndarray``."""
+    """Read a features npz; 0-d string arrays (``target``, ``sequence``, ``sequence_hash``,
+    ``msa_source``) come back as Python ``str``, everything else as ``np.ndarray``."""
     with np.load(Path(path), allow_pickle=False) as data:
         return {key: (str(data[key]) if data[key].ndim == 0 and data[key].dtype.kind == "U" else data[key])
                 for key in data.files}

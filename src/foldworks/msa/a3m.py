@@ -6,12 +6,20 @@ and are not columns; ``.`` (A2M padding) is ignored. Lines starting with ``#`` a
 Records named ``ss_*``/``sa_*`` (HH-suite secondary-structure / solvent-accessibility
 annotation rows) and ``Consensus`` are not sequences and are skipped.
 
+foldworks a3m files start with one metadata comment (:func:`format_header`)::
+
+    #foldworks-msa {"databases":{"foldworks":"<sha256[:16]>"},"depth":12,"status":"ok",...}
+
+``status`` is ``ok``, or ``failed`` for a placeholder holding only the query row, written when
+every attempt failed (the reason is in ``data/failures/msa/<hash>.json``).
+
 Token alphabet of :func:`parse_a3m`: 0..19 = ``constants.RESTYPES``, 20 = X/unknown (any other
 letter: B, Z, U, O, J, X), 21 = gap.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,6 +33,9 @@ _TOKEN = np.full(256, UNK_INDEX, dtype=np.int8)
 for _index, _letter in enumerate(RESTYPES):
     _TOKEN[ord(_letter)] = _index
 _TOKEN[ord("-")] = GAP_INDEX
+
+
+HEADER_PREFIX = "#foldworks-msa "
 
 
 class A3MError(ValueError):
@@ -126,3 +137,22 @@ def validate_a3m(text: str, query: str, name: str = "query") -> int:
 def format_a3m(records: list[tuple[str, str]]) -> str:
     """Render ``[(header, aligned sequence)]`` as A3M text (one line per sequence)."""
     return "".join(f">{header}\n{aligned}\n" for header, aligned in records)
+
+
+def format_header(meta: dict) -> str:
+    """The metadata comment line (compact, key-sorted JSON: identical meta, identical bytes)."""
+    return HEADER_PREFIX + json.dumps(meta, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def read_header(text: str) -> dict | None:
+    """The metadata of a foldworks a3m (its first line), or ``None`` for any other a3m."""
+    first = text.lstrip("\n").split("\n", 1)[0]
+    if not first.startswith(HEADER_PREFIX):
+        return None
+    try:
+        meta = json.loads(first[len(HEADER_PREFIX):])
+    except json.JSONDecodeError as exc:
+        raise A3MError(f"a3m metadata line is not JSON: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise A3MError("a3m metadata line is not a JSON object")
+    return meta

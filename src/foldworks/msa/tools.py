@@ -38,7 +38,8 @@ def which(name: str) -> str:
     """Absolute path of an executable on PATH, or :class:`ToolError` naming it."""
     found = shutil.which(name)
     if found is None:
-        raise ToolError(f"{name} not found on PATH (install HH-suite: apt-get install hhsuite)")
+        package = "mmseqs2" if name == "mmseqs" else "hhsuite"
+        raise ToolError(f"{name} not found on PATH (install it: apt-get install {package})")
     return found
 
 
@@ -95,3 +96,14 @@ def run_tool(args: list[str], what: str, timeout_s: float | None = None,
         tail = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[-8:])
         raise ToolError(f"{what}: {Path(args[0]).name} exited with status {proc.returncode}:\n{tail}")
     return proc
+
+
+@functools.lru_cache(maxsize=None)
+def mmseqs_version() -> str:
+    """``mmseqs version`` output (e.g. ``14-7e284+ds-1+b2``), or ``"unknown"``."""
+    try:
+        proc = subprocess.run([which("mmseqs"), "version"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired, ToolError):
+        return "unknown"
+    return proc.stdout.strip() or "unknown"

@@ -1,0 +1,244 @@
+"""The msa stage inside Snakemake, with the real tools (a few minutes).
+
+One workflow directory, driven step by step: real mirror entries → chains → a ~300-sequence
+database built from seqdb records → hhblits per unique sequence. Then: a second run does
+nothing; a rebuilt byte-identical database reruns no MSA; a new entry schedules MSA jobs only
+for its new sequence (seen by `snakemake -n` after the chains checkpoint ran); a changed
+search parameter or database content reruns them all; a sequence whose search keeps failing
+(a real hhblits timeout) is retried, recorded and refused by the features stage unless
+single-sequence fallback is allowed. A second directory runs the batched mmseqs backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, require_tool
+from foldworks.ids import msa_relpath
+from foldworks.msa.a3m import a3m_records, read_header, validate_a3m
+from test_msa import select_records, write_fasta
+
+pytestmark = pytest.mark.slow
+ENTRIES = ["1crn", "1ubq", "1aki"]
+_JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", re.MULTILINE)
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def jobs(result: subprocess.CompletedProcess, rule: str) -> list[str]:
+    """First output file of every job block of ``rule`` printed by a run or dry run (a retried
+    job appears once per attempt)."""
+    found = []
+    for name, body in _JOB.findall(result.stdout + result.stderr):
+        match = re.search(r"^    output: ([^,\s]+)", body, re.MULTILINE)
+        if name == rule and match:
+            found.append(match.group(1))
+    return found
+
+
+def nothing_to_do(workdir: Path, target: str = "data/msa/summary.tsv") -> bool:
+    result = ok(snakemake(workdir, "-n", target))
+    return "Nothing to be done" in result.stdout + result.stderr
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    return result
+
+
+def expected_msas(workdir: Path) -> dict[str, str]:
+    """``{a3m path: sequence}`` of the unique sequences of the chains that passed the filters."""
+    table = pd.read_parquet(workdir / "data/chains.parquet")
+    passed = table[table["passed_filters"]]
+    return {f"data/{msa_relpath(h)}": s for h, s in zip(passed["sequence_hash"], passed["sequence"])}
+
+
+def write_config(workdir: Path, pdb_mirror: Path, **msa) -> None:
+    config = {"pdb": {"entries": ENTRIES, "source": str(pdb_mirror)},
+              "msa": {"databases": [{"name": "small", "fasta": [str(workdir / "db.fasta")], "iterations": 1}],
+                      "hhfilter": {"id": 99}, **msa},
+              "experiments": {"distogram": {"model": "distogram"}}}
+    existing = yaml.safe_load((workdir / "config.yaml").read_text()) if (workdir / "config.yaml").exists() else None
+    if existing:
+        config["pdb"]["entries"] = existing["pdb"]["entries"]
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def set_config(workdir: Path, path: str, value) -> None:
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    *parents, last = path.split(".")
+    node = config
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def snapshot(workdir: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(workdir)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in (workdir / "data/msa").rglob("*.a3m")}
+
+
+@pytest.fixture(scope="module")
+def wf(tmp_path_factory, pdb_mirror, seqdb_fasta) -> Path:
+    for tool in ("hhblits", "mmseqs"):
+        require_tool(tool)
+    workdir = tmp_path_factory.mktemp("msa_workflow")
+    write_fasta(workdir / "db.fasta", select_records(seqdb_fasta))
+    write_config(workdir, pdb_mirror)
+    return workdir
+
+
+def test_first_run_aligns_each_unique_sequence_once(wf):
+    result = ok(snakemake(wf, "data/msa/summary.tsv"))
+    expected = expected_msas(wf)
+    assert len(expected) == 3
+    assert sorted(jobs(result, "msa")) == sorted(expected), "one msa job per unique sequence"
+    assert jobs(result, "msa_db") == ["data/msa_db/small_a3m.ffdata"]
+    record = json.loads((wf / "data/msa_db/small.json").read_text())
+    for path, sequence in expected.items():
+        text = (wf / path).read_text()
+        assert validate_a3m(text, sequence) == read_header(text)["depth"]
+        assert read_header(text)["databases"] == {"small": record["content_sha256"][:16]}
+    summary = pd.read_csv(wf / "data/msa/summary.tsv", sep="\t")
+    assert sorted("data/" + msa_relpath(h) for h in summary["sequence_hash"]) == sorted(expected)
+    assert (summary["status"] == "ok").all() and (summary["depth"] >= 1).all() and summary["depth"].max() > 1
+
+
+def test_second_run_does_nothing(wf):
+    assert nothing_to_do(wf)
+
+
+def test_identical_database_rebuild_reruns_no_msa(wf):
+    """The FASTA changes (a duplicate sequence under another name) but the database does not:
+    msa_db runs, rewrites identical files and record, and no alignment reruns."""
+    before, record = snapshot(wf), (wf / "data/msa_db/small.json").read_bytes()
+    header, sequence = select_records_from(wf / "db.fasta")[0]
+    with open(wf / "db.fasta", "a", encoding="ascii") as handle:
+        handle.write(f">duplicate_of_{header.split()[0]}\n{sequence}\n")
+    result = ok(snakemake(wf, "data/msa/summary.tsv"))
+    assert jobs(result, "msa_db") and not jobs(result, "msa")
+    assert (wf / "data/msa_db/small.json").read_bytes() == record
+    assert snapshot(wf) == before
+    assert nothing_to_do(wf)
+
+
+def select_records_from(path: Path) -> list[tuple[str, str]]:
+    from foldworks.msa.fasta import read_fasta
+
+    return list(read_fasta(path))
+
+
+def test_new_entry_schedules_only_its_new_sequences(wf):
+    """4lzt has the sequence of 1aki (no new job); 5pti is new (one job)."""
+    old = expected_msas(wf)
+    set_config(wf, "pdb.entries", ENTRIES + ["4lzt", "5pti"])
+    ok(snakemake(wf, "data/chains.parquet"))
+    new = expected_msas(wf)
+    assert set(old) < set(new) and len(new) == len(old) + 1
+    planned = jobs(ok(snakemake(wf, "-n", "data/msa/summary.tsv")), "msa")
+    assert planned == sorted(set(new) - set(old))
+    before = snapshot(wf)
+    ran = jobs(ok(snakemake(wf, "data/msa/summary.tsv")), "msa")
+    assert ran == planned
+    after = snapshot(wf)
+    assert all(after[path] == before[path] for path in before), "existing alignments untouched"
+
+
+def test_search_parameter_change_plans_every_msa(wf):
+    set_config(wf, "msa.hhfilter", {"id": 98})
+    planned = jobs(ok(snakemake(wf, "-n", "data/msa/summary.tsv")), "msa")
+    assert sorted(planned) == sorted(expected_msas(wf))
+    set_config(wf, "msa.hhfilter", {"id": 99})
+    # timeout, retries and the fallback policy are not search parameters
+    set_config(wf, "msa.timeout_s", 300)
+    set_config(wf, "msa.retries", 1)
+    set_config(wf, "msa.allow_single_sequence_fallback", True)
+    assert not jobs(ok(snakemake(wf, "-n", "data/msa/summary.tsv")), "msa")
+    set_config(wf, "msa.allow_single_sequence_fallback", False)
+
+
+def test_changed_database_reruns_every_msa(wf):
+    with open(wf / "db.fasta", "a", encoding="ascii") as handle:
+        handle.write(">new_protein\nMSTNPKPQRKTKRNTNRRPQDVKFPGGGQIVGGVYLLPRRGPRLGVRATRKTSERSQPRGRRQPIPKARRPEGRTWAQPGYPWPLYGNEG\n")
+    before = json.loads((wf / "data/msa_db/small.json").read_text())["content_sha256"]
+    result = ok(snakemake(wf, "data/msa/summary.tsv"))
+    after = json.loads((wf / "data/msa_db/small.json").read_text())["content_sha256"]
+    assert after != before
+    assert sorted(jobs(result, "msa")) == sorted(expected_msas(wf))
+    for path in expected_msas(wf):
+        assert read_header((wf / path).read_text())["databases"] == {"small": after[:16]}
+
+
+def test_failing_search_is_retried_recorded_and_refused(wf):
+    """A real hhblits timeout on every attempt: 2 attempts (retries: 1), then a failure record
+    and a query-only placeholder; the features job of that chain refuses (failure record) while
+    `--keep-going` builds the others; allowing single-sequence fallback then builds it, marked."""
+    set_config(wf, "msa.timeout_s", 0.01)
+    set_config(wf, "msa.retries", 1)
+    set_config(wf, "pdb.entries", ENTRIES + ["4lzt", "5pti", "2igd"])
+    ok(snakemake(wf, "data/chains.parquet"))
+    table = pd.read_parquet(wf / "data/chains.parquet")
+    passed = table[table["passed_filters"]]
+    targets = [f"data/features/{e}_{c}.npz" for e, c in zip(passed["entry"], passed["chain"])]
+    failing = passed[passed["entry"] == "2igd"].iloc[0]
+    seq_hash, target = failing["sequence_hash"], f"2igd_{failing['chain']}"
+    result = snakemake(wf, "--keep-going", *targets)
+    assert result.returncode != 0
+    assert jobs(result, "msa") == [f"data/{msa_relpath(seq_hash)}"] * 2, "two attempts of one job"
+    record = json.loads((wf / f"data/failures/msa/{seq_hash}.json").read_text())
+    assert record["stage"] == "msa" and "timed out" in record["reason"]
+    text = (wf / f"data/{msa_relpath(seq_hash)}").read_text()
+    assert read_header(text)["status"] == "failed" and len(a3m_records(text)) == 1
+    refusal = json.loads((wf / f"data/failures/features/{target}.json").read_text())
+    assert refusal["stage"] == "features" and "no MSA for sequence" in refusal["reason"]
+    assert not (wf / f"data/features/{target}.npz").exists()
+    assert all((wf / t).exists() for t in targets if target not in t), "other chains completed"
+    summary = ok(snakemake(wf, "data/msa/summary.tsv"))
+    assert "failed" in (wf / "data/msa/summary.tsv").read_text() and not jobs(summary, "msa")
+
+    set_config(wf, "msa.allow_single_sequence_fallback", True)
+    result = ok(snakemake(wf, *targets))
+    # the policy is a features param (so turning it off again refuses such chains again)
+    assert not jobs(result, "msa") and f"data/features/{target}.npz" in jobs(result, "features")
+    from foldworks.features import load_features
+
+    assert load_features(wf / f"data/features/{target}.npz")["msa_source"] == "single_sequence_fallback"
+    assert not (wf / f"data/failures/features/{target}.json").exists()
+
+
+def test_mmseqs_backend_batches_per_shard(tmp_path, pdb_mirror, seqdb_fasta):
+    """`msa.tool: mmseqs`: one batch job per shard of hashes (first hex character), the same
+    per-hash a3m files and contract; a second run does nothing."""
+    require_tool("mmseqs")
+    write_fasta(tmp_path / "db.fasta", select_records(seqdb_fasta))
+    write_config(tmp_path, pdb_mirror, tool="mmseqs")
+    set_config(tmp_path, "pdb.entries", ENTRIES + ["5pti"])
+    result = ok(snakemake(tmp_path, "data/msa/summary.tsv"))
+    expected = expected_msas(tmp_path)
+    shards = {Path(p).stem[0] for p in expected}
+    assert sorted(jobs(result, "msa_mmseqs_batch")) == sorted(f"data/msa_batches/mmseqs/{s}" for s in shards)
+    assert sorted(jobs(result, "msa")) == sorted(expected)
+    for path, sequence in expected.items():
+        text = (tmp_path / path).read_text()
+        assert validate_a3m(text, sequence) == read_header(text)["depth"]
+        assert read_header(text)["tool"] == "mmseqs"
+    assert not (tmp_path / "data/msa_batches/mmseqs").exists() or not any((tmp_path / "data/msa_batches/mmseqs").iterdir())
+    summary = pd.read_csv(tmp_path / "data/msa/summary.tsv", sep="\t")
+    assert (summary["status"] == "ok").all() and (summary["tool"] == "mmseqs").all()
+    assert nothing_to_do(tmp_path)
