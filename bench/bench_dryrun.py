@@ -83,6 +83,7 @@ def fake_upstream_outputs(workdir: Path, ids: list[str]) -> None:
         touch(workdir / f"data/parsed/{entry}.npz", t0 + 1)
         seqhash = sequence_hash(entry)
         touch(workdir / f"data/sequences/{seqhash[:2]}/{seqhash}.fasta", t0 + 2)
+    touch(workdir / "data/raw/entries.txt", t0)  # rule entry_list (the chains' input list)
     touch(workdir / "data/raw/manifest.tsv", t0 + 1)
     splits = ["train", "val", "test"]
     table = pd.DataFrame({"entry": ids, "chain": "A", "passed_filters": True,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import yaml
 
 from _fault_server import FaultServer
 from conftest import REPO_ROOT, require_tool
-from foldworks import failures
+from foldworks import entrylist, failures
 from foldworks.fetch.entries import load_entries
 
 GOOD = ("1crn", "1ubq", "1aki", "2igd", "1stp", "3u7t", "4lzt", "1fki")
@@ -222,6 +224,41 @@ def test_transient_failure_is_retried_by_the_next_run_only(bad_run, server: Faul
     assert "Nothing to be done" in again.stdout + again.stderr, (again.stdout + again.stderr)[-3000:]
 
 
+@pytest.mark.slow
+def test_entry_list_follows_the_set_of_entries(bad_run, server: FaultServer) -> None:
+    """data/raw/entries.txt (what chains, fetch_manifest and failures_report read instead of one
+    argument per entry): the valid IDs, sorted; the same set in another order changes nothing;
+    a removed entry reruns exactly the list and the rules over all entries, which then leave it out."""
+    workdir, _result, _report = bad_run
+    server.faults.pop("/download/9TMP.cif.gz", None)  # the outage is over (if the test above did not run)
+    settle = snakemake(workdir, "--keep-going", "results/failures.tsv", "data/raw/manifest.tsv")
+    assert settle.returncode == 0, settle.stderr[-3000:]
+    listing = workdir / "data/raw/entries.txt"
+    valid = sorted({*GOOD, *(k for k in EXPECTED if len(k) == 4 and k[0].isdigit())})
+    assert listing.read_text() == "".join(f"{e}\n" for e in valid)
+    config_path = workdir / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    original = list(config["pdb"]["entries"])
+    mtime = listing.stat().st_mtime_ns
+    config["pdb"]["entries"] = [e.upper() if e == "1aki" else e for e in reversed(original)]  # same set
+    config_path.write_text(yaml.safe_dump(config))
+    same = snakemake(workdir, "-n", "results/failures.tsv", "data/raw/manifest.tsv")
+    assert "Nothing to be done" in same.stdout + same.stderr, (same.stdout + same.stderr)[-3000:]
+    config["pdb"]["entries"] = [e for e in original if e != "1fki"]
+    config_path.write_text(yaml.safe_dump(config))
+    rerun = snakemake(workdir, "--keep-going", "results/failures.tsv", "data/raw/manifest.tsv")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    ran = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", rerun.stdout + rerun.stderr, flags=re.M))
+    assert ran == {"entry_list", "fetch_manifest", "chains", "failures_report"}, ran
+    assert listing.read_text() == "".join(f"{e}\n" for e in valid if e != "1fki") and listing.stat().st_mtime_ns > mtime
+    assert "1fki" not in set(pd.read_csv(workdir / "data/raw/manifest.tsv", sep="\t")["entry"])
+    assert "1fki" not in set(pd.read_parquet(workdir / "data/chains.parquet")["entry"])
+    again = snakemake(workdir, "-n", "results/failures.tsv", "data/raw/manifest.tsv")
+    assert "Nothing to be done" in again.stdout + again.stderr, (again.stdout + again.stderr)[-3000:]
+    config["pdb"]["entries"] = original
+    config_path.write_text(yaml.safe_dump(config))
+
+
 # ---------------------------------------------------------------- the pieces, without Snakemake
 
 
@@ -269,6 +306,57 @@ def test_failures_cli(tmp_path: Path) -> None:
     report = pd.read_csv(tmp_path / "failures.tsv", sep="\t", dtype=str)
     assert report.values.tolist() == [["input", "12345", "pdb.entries item '12345' skipped"],
                                       ["parse", "1abc", "entry 1abc: ParseError: no polymer chains"]]
+
+
+def test_failures_cli_takes_the_run_entries_from_a_list_file(tmp_path: Path) -> None:
+    root = tmp_path / "data" / "failures"
+    failures.record_failure("parse", "1abc", "entry 1abc: ParseError: no polymer chains", root)
+    failures.record_failure("parse", "2abc", "entry 2abc: not in this run", root)
+    listing = tmp_path / "entries.txt"
+    listing.write_text("1abc\n3abc\n")
+    cmd = [sys.executable, "-m", "foldworks.failures", "--root", str(root), "--out", str(tmp_path / "failures.tsv")]
+    result = subprocess.run([*cmd, "--entries", str(listing)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = pd.read_csv(tmp_path / "failures.tsv", sep="\t", dtype=str)
+    assert report.values.tolist() == [["parse", "1abc", "entry 1abc: ParseError: no polymer chains"]]
+    listing.write_text("1abc\n1abc\n")
+    bad = subprocess.run([*cmd, "--entries", str(listing)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "line 2: entry 1abc listed twice" in bad.stderr
+
+
+def test_extra_argument_stays_within_its_byte_bound() -> None:
+    """Refused pdb.entries items go into one shell argument: its quoted size is bounded however
+    many there are and whatever they hold (a quote costs 5 bytes once shell-quoted)."""
+    rows = [{"stage": "input", "key": f"x{i:04d}", "reason": f"pdb.entries item {chr(39) * 30}{i} skipped"}
+            for i in range(3000)]
+    text = failures.extra_argument(rows, max_bytes=20_000)
+    kept = json.loads(text)
+    assert len(shlex.quote(text)) <= 20_000 < len(shlex.quote(json.dumps(rows)))
+    assert kept[:-1] == rows[: len(kept) - 1] and len(kept) > 50
+    assert kept[-1] == {"stage": "input", "key": "~more", "reason": f"{len(rows) - len(kept) + 1} more; see the workflow log"}
+    assert json.loads(failures.extra_argument(rows[:3])) == rows[:3]
+    assert failures.extra_argument(rows[2::-1]) == failures.extra_argument(rows[:3])  # order-free: no rerun
+
+
+def test_entry_list_file_is_sorted_and_rewritten_only_on_change(tmp_path: Path) -> None:
+    path = tmp_path / "raw" / "entries.txt"
+    assert entrylist.write_entry_list(["1ubq", "1AKI", "1crn", "1aki"], path).endswith("3 entries (sha256 "
+        f"{entrylist.entry_list_digest(['1aki', '1crn', '1ubq'])}) written")
+    assert path.read_text() == "1aki\n1crn\n1ubq\n"
+    assert entrylist.entry_list_digest(["1ubq", "1crn", "1aki"]) == entrylist.entry_list_digest(["1aki", "1crn", "1ubq"])
+    mtime = path.stat().st_mtime_ns
+    assert entrylist.write_entry_list(["1crn", "1ubq", "1aki"], path).endswith("unchanged")
+    assert path.stat().st_mtime_ns == mtime and [p.name for p in path.parent.iterdir()] == ["entries.txt"]
+    assert entrylist.read_entry_list(path) == ["1aki", "1crn", "1ubq"]
+    for text, message in (("", "no entries"), ("1aki\n\n1crn\n", r"line 2: '' is not"),
+                          ("1aki \n", r"line 1: '1aki ' is not"), ("1aki\n1aki\n", "line 2: entry 1aki listed twice")):
+        path.write_text(text)
+        with pytest.raises(entrylist.EntryListError, match=message):
+            entrylist.read_entry_list(path)
+    with pytest.raises(entrylist.EntryListError, match="unreadable"):
+        entrylist.read_entry_list(tmp_path / "missing.txt")
+    with pytest.raises(ValueError, match="not a 4-character PDB ID"):
+        entrylist.write_entry_list(["1aki", "../x"], path)
 
 
 def test_entry_list_skips_and_reports_bad_items(tmp_path: Path) -> None:

@@ -169,8 +169,9 @@ def test_merge_params_fills_defaults_per_section() -> None:
         merge_params({"clusterin": {}})
 
 
-def _chains_cli(parsed: list[Path], out: Path, params: dict) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "foldworks.chains", "--parsed", *map(str, parsed), "--out-table",
+def _chains_cli(parsed: list[Path], out: Path, params: dict, source: list[str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI over ``--parsed`` files, or over ``source`` arguments (``--entries``/``--parsed-dir``)."""
+    cmd = [sys.executable, "-m", "foldworks.chains", *(source or ["--parsed", *map(str, parsed)]), "--out-table",
            str(out / "chains.parquet"), "--out-fasta", str(out / "chains.fasta"), "--sequences-dir",
            str(out / "sequences"), "--failures", str(out / "failures.tsv"), "--params", json.dumps(params),
            "--threads", "2"]
@@ -197,6 +198,31 @@ def test_cli_writes_table_and_failures_of_a_truncated_real_file(parsed_dir, pdb_
             "sample_weight", "split", "passed_filters", "filter_reason"} <= set(table.columns)
     assert _target(table[table["split"] == "test"]) == ["2nwd_X", "3o5r_A", "3u7t_A"]
     assert "leakage check passed" in result.stderr
+
+
+def test_cli_reads_only_the_entries_of_a_list_file(parsed_dir, tmp_path) -> None:
+    """The workflow's form (one list file, not one argument per entry): unlisted parsed files in the
+    folder are ignored, and a listed entry without a parsed file is a failure row, not a crash."""
+    require_tool("mmseqs")
+    listed = ["1aki", "1crn", "1fki", "1stp", "1ubq", "2igd", "2nwd", "3lzm", "3u7t", "5pti", "9zzz"]
+    listing = tmp_path / "entries.txt"
+    listing.write_text("".join(f"{entry}\n" for entry in listed))
+    result = _chains_cli([], tmp_path, {}, ["--entries", str(listing), "--parsed-dir", str(parsed_dir)])
+    assert result.returncode == 0, result.stderr
+    table = pd.read_parquet(tmp_path / "chains.parquet")
+    assert sorted(set(table["entry"])) == listed[:-1]
+    failures = pd.read_csv(tmp_path / "failures.tsv", sep="\t")
+    assert failures["entry"].tolist() == ["9zzz"] and "9zzz.json unreadable" in failures["reason"][0]
+
+
+def test_cli_refuses_a_bad_entry_list(parsed_dir, tmp_path) -> None:
+    listing = tmp_path / "entries.txt"
+    listing.write_text("1aki\n../x\n")
+    result = _chains_cli([], tmp_path, {}, ["--entries", str(listing), "--parsed-dir", str(parsed_dir)])
+    assert result.returncode == 1 and "line 2: '../x' is not a lower-case PDB ID" in result.stderr
+    assert not (tmp_path / "chains.parquet").exists()
+    alone = _chains_cli([], tmp_path, {}, ["--entries", str(listing)])
+    assert alone.returncode == 2 and "--entries and --parsed-dir go together" in alone.stderr
 
 
 def test_cli_fails_clearly_when_filters_remove_everything(parsed_dir, tmp_path) -> None:

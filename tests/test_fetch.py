@@ -256,6 +256,34 @@ def test_manifest_skips_failed_records(pdb_mirror: Path, tmp_path: Path) -> None
     assert [ln.split("\t")[0] for ln in out.read_text().splitlines()[1:]] == ["1crn"]
 
 
+def _manifest_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "foldworks.fetch.manifest", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_manifest_cli_reads_the_records_of_an_entry_list(pdb_mirror: Path, tmp_path: Path) -> None:
+    """The workflow's form: one list file and the records folder, whatever the number of entries;
+    records of entries not in the list (an entry dropped from the config) are left out."""
+    for entry in ("1ubq", "1aki", "1crn"):
+        _run(entry, str(pdb_mirror), tmp_path)
+    assert _cli("9zzz", str(pdb_mirror), tmp_path).returncode == 0  # a failed record: no row
+    listing = tmp_path / "entries.txt"
+    listing.write_text("1aki\n1ubq\n9zzz\n")
+    out = tmp_path / "manifest.tsv"
+    result = _manifest_cli("--entries", str(listing), "--records-dir", str(tmp_path / "raw"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()] == ["entry", "1aki", "1ubq"]
+    listing.write_text("1aki\n2abc\n")
+    missing = _manifest_cli("--entries", str(listing), "--records-dir", str(tmp_path / "raw"), "--out", str(out))
+    assert missing.returncode == 1 and "2abc.json: unreadable" in missing.stderr
+    listing.write_text("1aki\n1AKI\n")
+    bad = _manifest_cli("--entries", str(listing), "--records-dir", str(tmp_path / "raw"), "--out", str(out))
+    assert bad.returncode == 1 and "line 2: '1AKI' is not a lower-case PDB ID" in bad.stderr
+    assert [ln.split("\t")[0] for ln in out.read_text().splitlines()] == ["entry", "1aki", "1ubq"]  # kept
+    alone = _manifest_cli("--entries", str(listing), "--out", str(out))
+    assert alone.returncode == 2 and "--entries and --records-dir go together" in alone.stderr
+
+
 def test_cli_records_failures_as_data(pdb_mirror: Path, tmp_path: Path) -> None:
     ok = _cli("1crn", str(pdb_mirror), tmp_path)
     assert ok.returncode == 0, ok.stderr

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from foldworks import fsutil
+from foldworks.entrylist import read_entry_list
 from foldworks.ids import ENTRY_PATTERN, SEQUENCE_HASH_PATTERN
 
 LOG = logging.getLogger("foldworks.failures")
@@ -218,12 +219,25 @@ def refresh_report(out: str | Path = DEFAULT_REPORT, root: str | Path = DEFAULT_
     return len(rows)
 
 
-def capped_rows(rows: Sequence[dict[str, str]], limit: int | None, stage: str = "input") -> list[dict[str, str]]:
-    """``rows``, at most ``limit`` of them plus one summary row (bounds a shell argument)."""
-    if limit is None or len(rows) <= limit:
-        return list(rows)
-    rest = len(rows) - limit
-    return [*rows[:limit], {"stage": stage, "key": "~more", "reason": f"{rest} more; see the workflow log"}]
+#: Bound of the ``--extra`` argument (bytes, shell-quoted): Linux allows 128 KiB per argument
+#: string, and Snakemake passes a job's whole command as one (``bash -c "<command>"``).
+MAX_EXTRA_BYTES = 32 * 1024
+
+
+def extra_argument(rows: Sequence[dict[str, str]], max_bytes: int = MAX_EXTRA_BYTES, stage: str = "input") -> str:
+    """``rows`` sorted by (stage, key) as the JSON list for ``--extra``, cut so that the argument,
+    shell-quoted, takes at most ``max_bytes`` bytes; a cut list ends with one summary row (``key``
+    ``~more``). The workflow hooks add every row to the report at the end of the run. Sorted, so
+    that reordering ``pdb.entries`` does not change the rule's params (and rerun it)."""
+    rows = sorted(rows, key=lambda row: (row["stage"], row["key"]))
+    size = 4 + 200  # brackets and quotes, plus room for the summary row
+    for index, row in enumerate(rows):
+        text = json.dumps(row, sort_keys=True)  # ASCII: one byte per character
+        size += len(text) + 4 * text.count("'") + 2  # shlex.quote turns ' into '"'"'; ", " separator
+        if size > max_bytes:
+            summary = {"stage": stage, "key": "~more", "reason": f"{len(rows) - index} more; see the workflow log"}
+            return json.dumps([*rows[:index], summary], sort_keys=True)
+    return json.dumps(list(rows), sort_keys=True)
 
 
 def refresh_after_run(workflow: Any, entries: Sequence[str], problems: Sequence[dict[str, str]],
@@ -248,8 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m foldworks.failures", description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=DEFAULT_ROOT, help="folder of <stage>/<key>.json records")
     parser.add_argument("--out", default=DEFAULT_REPORT, help="report TSV (stage, key, reason)")
-    parser.add_argument("--records", nargs="*", default=None,
-                        help="fetch records data/raw/{entry}.json: the run's entries (others' records are left out)")
+    run_entries = parser.add_mutually_exclusive_group()
+    run_entries.add_argument("--entries", default=None,
+                             help="entry list file data/raw/entries.txt (one PDB ID per line): the run's entries"
+                                  " (others' records are left out)")
+    run_entries.add_argument("--records", nargs="*", default=None,
+                             help="fetch records data/raw/{entry}.json: the run's entries (a few; tests)")
     parser.add_argument("--chains", default=None, help="data/chains.parquet: the run's sequence hashes")
     parser.add_argument("--extra", default="[]", help='JSON list of rows [{"stage", "key", "reason"}] to add')
     args = parser.parse_args(argv)
@@ -258,9 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = json.loads(args.extra)
         if not isinstance(extra, list) or not all(isinstance(r, dict) and set(COLUMNS) <= set(r) for r in extra):
             raise ValueError(f"--extra: expected a JSON list of objects with {list(COLUMNS)}")
-    except ValueError as exc:
+        entries = _entries_of(args.records) if args.records is not None else None
+        if args.entries is not None:
+            entries = read_entry_list(args.entries)
+    except ValueError as exc:  # EntryListError is a ValueError
         parser.error(str(exc))
-    entries = _entries_of(args.records) if args.records is not None else None
     count = refresh_report(args.out, args.root, entries, args.chains, extra)
     LOG.info("failures report: %d failures -> %s", count, args.out)
     return 0

@@ -4,21 +4,22 @@
 
 checkpoint chains:
     input:
-        expand("data/parsed/{entry}.json", entry=ENTRIES),
+        parsed=expand("data/parsed/{entry}.json", entry=ENTRIES),  # for the DAG; the CLI reads the list
+        entries=ENTRY_LIST,
     output:
         table="data/chains.parquet",
         fasta="data/chains.fasta",
         failures="data/parsed/failures.tsv",
     params:
         cfg=slice_json("chains"),
-        code=code_hash("chains"),
+        code=code_hash("chains", "entrylist"),
     threads: 2
     conda:
         "../../envs/hhsuite.yaml"
     log:
         "logs/chains.log",
     shell:
-        "python -m foldworks.chains --parsed {input} --out-table {output.table}"
+        "python -m foldworks.chains --entries {input.entries} --parsed-dir data/parsed --out-table {output.table}"
         " --out-fasta {output.fasta} --sequences-dir data/sequences"
         " --failures {output.failures} --failures-dir data/failures --params {params.cfg:q}"
         " --threads {threads} 2> {log}"

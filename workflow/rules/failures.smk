@@ -7,26 +7,27 @@
 # failed outright (rule name, wildcards, last line of its log), so a `--keep-going` run always
 # ends with one complete report.
 
-from foldworks.failures import capped_rows, refresh_after_run
+from foldworks.failures import extra_argument, refresh_after_run
 
 
 rule failures_report:
     input:
         records=expand("data/raw/{entry}.json", entry=ENTRIES),
         parsed=expand("data/parsed/{entry}.json", entry=ENTRIES),
+        entries=ENTRY_LIST,  # the CLI reads this list, not one path per entry (128 KiB argument limit)
         table="data/chains.parquet",
     output:
         "results/failures.tsv",
     params:
-        # bounded: one shell argument; the hooks add every refused item
-        extra=json.dumps(capped_rows(ENTRY_PROBLEMS, 500), sort_keys=True),
-        code=code_hash("failures"),
+        # bounded (32 KiB, quoted): one shell argument; the hooks add every refused item
+        extra=extra_argument(ENTRY_PROBLEMS),
+        code=code_hash("failures", "entrylist"),
     conda:
         "../../envs/python.yaml"
     log:
         "logs/failures_report.log",
     shell:
-        "python -m foldworks.failures --root data/failures --out {output:q} --records {input.records}"
+        "python -m foldworks.failures --root data/failures --out {output:q} --entries {input.entries:q}"
         " --chains {input.table:q} --extra {params.extra:q} 2> {log:q}"
 
 

@@ -10,6 +10,7 @@
 # reruns that entry (and only it). A stored entry is refetched with
 # `snakemake --forcerun data/raw/<id>.json`.
 
+from foldworks.entrylist import ENTRY_LIST, entry_list_digest, write_entry_list
 from foldworks.fetch.core import next_attempt_token
 
 
@@ -34,16 +35,40 @@ rule fetch:
         " --failures-dir data/failures --attempt-token {params.attempt:q} 2> {log:q}"
 
 
+# The run's entries as one file (foldworks.entrylist): the rules over every entry (fetch_manifest,
+# chains, failures_report) pass it to their CLI instead of one path per entry, which would exceed
+# Linux's 128 KiB limit on one argument (MAX_ARG_STRLEN) from ~5,900 entries. Their expand()
+# inputs stay, for the DAG. The params trigger reruns this job only when the set of entries
+# changes (the digest ignores order and duplicates); otherwise the file and its mtime stay, and
+# its consumers are not rerun. In data/raw, so DVC versions it with the fetch records. `run:`, in
+# this process: a shell command could not carry the list either (conda: unused, house convention).
+# Under `--rerun-triggers` without `params`, delete data/raw/entries.txt after editing pdb.entries.
+rule entry_list:
+    output:
+        ENTRY_LIST,
+    params:
+        digest=entry_list_digest(ENTRIES),
+    localrule: True
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/entry_list.log",
+    run:
+        Path(log[0]).write_text(write_entry_list(ENTRIES, output[0]) + "\n")
+
+
 rule fetch_manifest:
     input:
-        expand("data/raw/{entry}.json", entry=ENTRIES),
+        records=expand("data/raw/{entry}.json", entry=ENTRIES),
+        entries=ENTRY_LIST,
     output:
         "data/raw/manifest.tsv",
     params:
-        code=code_hash("fetch"),
+        code=code_hash("fetch", "entrylist"),
     conda:
         "../../envs/python.yaml"
     log:
         "logs/fetch_manifest.log",
     shell:
-        "python -m foldworks.fetch.manifest --records {input} --out {output:q} 2> {log:q}"
+        "python -m foldworks.fetch.manifest --entries {input.entries:q} --records-dir data/raw --out {output:q}"
+        " 2> {log:q}"

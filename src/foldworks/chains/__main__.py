@@ -1,8 +1,12 @@
 """CLI of the ``chains`` stage.
 
-python -m foldworks.chains --parsed data/parsed/*.json --out-table data/chains.parquet \
-    --out-fasta data/chains.fasta --sequences-dir data/sequences \
+python -m foldworks.chains --entries data/raw/entries.txt --parsed-dir data/parsed \
+    --out-table data/chains.parquet --out-fasta data/chains.fasta --sequences-dir data/sequences \
     --failures data/parsed/failures.tsv --params '{...}' --threads 2 [--failures-dir data/failures]
+
+reads ``<parsed-dir>/<entry>.json`` for each entry of the list file (one ID per line, see
+foldworks.entrylist; the workflow's form: one argument for any number of entries). For a few
+files, ``--parsed a.json b.json ...`` still works instead of ``--entries``/``--parsed-dir``.
 
 Entries that failed earlier (fetch, parse) are listed in ``--failures`` and skipped. With
 ``--failures-dir``, every entry none of whose chains is kept (all filtered, e.g. a DNA-only
@@ -26,6 +30,7 @@ from foldworks.chains.leakage import LeakageError, check_no_leakage
 from foldworks.chains.splits import add_clusters_and_splits
 from foldworks.chains.table import (EmptyDatasetError, apply_filters, empty_message, entries_without_chains,
                                     read_parsed_records, rows_to_frame)
+from foldworks.entrylist import EntryListError, entry_files, read_entry_list
 from foldworks.fsutil import atomic_path, write_bytes_atomic, write_tsv_atomic
 from foldworks.ids import ENTRY_PATTERN
 from foldworks.logutil import setup_logging
@@ -72,7 +77,11 @@ def fasta_of_passed(frame: pd.DataFrame) -> bytes:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m foldworks.chains", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parsed", nargs="+", required=True, help="parse-stage JSON files")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--entries", type=Path, help="entry list file (one PDB ID per line); with --parsed-dir")
+    source.add_argument("--parsed", nargs="+", help="parse-stage JSON files (small runs, tests)")
+    parser.add_argument("--parsed-dir", type=Path, default=None,
+                        help="folder of the parse-stage <entry>.json files of the --entries list")
     parser.add_argument("--out-table", required=True, type=Path)
     parser.add_argument("--out-fasta", required=True, type=Path)
     parser.add_argument("--sequences-dir", required=True, type=Path)
@@ -99,9 +108,17 @@ def sync_chain_failures(frame: pd.DataFrame, entries: list[str], failures_dir: P
     return len(lost)
 
 
+def parsed_paths(args: argparse.Namespace) -> list[Path]:
+    """The parse-stage JSON files to read: ``--parsed``, or ``--parsed-dir``/<entry>.json for
+    every entry of ``--entries``."""
+    if args.entries is None:
+        return [Path(p) for p in args.parsed]
+    return entry_files(read_entry_list(args.entries), args.parsed_dir)
+
+
 def run(args: argparse.Namespace, params: dict) -> None:
     """Build, filter, cluster, split and leakage-check the chain table; write every output."""
-    rows, failures = read_parsed_records(args.parsed)
+    rows, failures = read_parsed_records(parsed_paths(args))
     for failure in failures:
         log.warning("entry %s skipped: %s", failure["entry"], failure["reason"])
     entries = sorted(e for e in {row["entry"] for row in rows} | {f["entry"] for f in failures}
@@ -131,6 +148,8 @@ def run(args: argparse.Namespace, params: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (args.entries is None) != (args.parsed_dir is None):
+        parser.error("--entries and --parsed-dir go together (or give --parsed files instead)")
     setup_logging("chains")
     try:
         params = merge_params(json.loads(args.params))
@@ -138,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--params: {exc}")
     try:
         run(args, params)
-    except (EmptyDatasetError, LeakageError) as exc:
+    except (EmptyDatasetError, LeakageError, EntryListError) as exc:
         log.error("chains stage failed: %s", exc)
         return 1
     return 0

@@ -3,7 +3,10 @@
 Records of failed fetches (``status: failed``) have no stored file and no row here; they are in
 the failures report (``results/failures.tsv``).
 
-CLI: ``python -m foldworks.fetch.manifest --records data/raw/*.json --out data/raw/manifest.tsv``
+CLI: ``python -m foldworks.fetch.manifest --entries data/raw/entries.txt --records-dir data/raw
+--out data/raw/manifest.tsv`` reads ``<records-dir>/<entry>.json`` for each entry of the list file
+(one ID per line, see foldworks.entrylist: one argument for any number of entries; the workflow's
+form). ``--records data/raw/*.json`` lists the record files instead (a few entries, tests).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from foldworks import fsutil
+from foldworks.entrylist import entry_files, read_entry_list
 from foldworks.ids import normalize_entry
 from foldworks.logutil import setup_logging
 
@@ -29,7 +33,10 @@ def read_records(paths: Iterable[str | Path]) -> list[dict]:
     records for one entry; sorted by entry."""
     by_entry: dict[str, dict] = {}
     for path in paths:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"record {path}: unreadable: {exc}") from exc
         if record.get("status", "ok") != "ok":
             continue
         missing = [c for c in COLUMNS if c not in record]
@@ -53,12 +60,18 @@ def write_manifest(paths: Iterable[str | Path], out: str | Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     setup_logging("fetch.manifest")
     parser = argparse.ArgumentParser(prog="python -m foldworks.fetch.manifest", description=__doc__.splitlines()[0])
-    parser.add_argument("--records", nargs="*", default=[], help="record JSON files (one per entry)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--entries", help="entry list file (one PDB ID per line); with --records-dir")
+    source.add_argument("--records", nargs="*", default=[], help="record JSON files (one per entry)")
+    parser.add_argument("--records-dir", default=None, help="folder of the <entry>.json records of --entries")
     parser.add_argument("--out", required=True, help="output TSV path")
     args = parser.parse_args(argv)
+    if (args.entries is None) != (args.records_dir is None):
+        parser.error("--entries and --records-dir go together (or give --records files instead)")
     try:
-        count = write_manifest(args.records, args.out)
-    except (ValueError, OSError) as exc:
+        paths = args.records if args.entries is None else entry_files(read_entry_list(args.entries), args.records_dir)
+        count = write_manifest(paths, args.out)
+    except (ValueError, OSError) as exc:  # EntryListError is a ValueError
         LOG.error("manifest: %s", exc)
         return 1
     LOG.info("manifest: %d entries -> %s", count, args.out)
