@@ -31,5 +31,6 @@ rule all:
         "data/raw/manifest.tsv",
         "results/summary.tsv",
         "results/failures.tsv",
+        "data/msa/summary.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
     default_target: True
