@@ -29,6 +29,10 @@ SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 LOCK_FILE = Path("/tmp/foldworks-slurm-test.lock")
 CPU_PARTITION = "cpu"
 GPU_PARTITION = "gpu"
+# Job credential lifetime (s). Slurm holds a requeued job (BeginTime) for this + 1 s before it may
+# start again: 120 s by default, shortened so the requeue test does not idle for two minutes. The
+# scheduler then starts it at its next pass: sched_interval/bf_interval 3 s (defaults 60/30 s).
+CRED_EXPIRE_S = 15
 
 
 def unavailable_reason() -> str | None:
@@ -63,7 +67,7 @@ SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge/munge.socket
+AuthInfo=socket={root}/munge/munge.socket,cred_expire={CRED_EXPIRE_S}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -80,7 +84,7 @@ SlurmdParameters=config_overrides
 DefMemPerCPU=500
 MinJobAge=600
 ReturnToService=2
-SchedulerParameters=sched_min_interval=100000
+SchedulerParameters=sched_min_interval=100000,sched_interval=3,bf_interval=3
 GresTypes=gpu
 NodeName={host} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:2 State=UNKNOWN
 PartitionName={CPU_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP

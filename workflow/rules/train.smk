@@ -4,9 +4,16 @@
 # Resume: checkpoints go to results/checkpoints/{experiment}/resume/, which is deliberately NOT an
 # output (Snakemake deletes a failed job's outputs, and a directory() output with its contents), so
 # rerunning the target after a crash, SIGKILL or preemption continues from the newest checkpoint
-# whose config and feature set match. Loader workers = threads - 1; --devices/--num-nodes come
-# from the rule's resources (a multi-task Slurm rule runs `srun -n N python -m foldworks.train ...`).
-
+# whose config and feature set match. A SIGTERM (Slurm preemption, `scontrol requeue`, time limit)
+# makes the trainer finish its step, save resume/step_*.ckpt and exit 143; Slurm's requeue (or the
+# profile's `retries`) reruns this job, which resumes. Loader workers = threads - 1.
+#
+# Processes: one by default (`python -m foldworks.train --devices {gpu}`; on one machine Lightning
+# starts any further per-GPU processes itself). DDP across Slurm tasks: resources mpi="srun",
+# tasks=T (all nodes together), nodes=N: the shell becomes `srun ... --ntasks=T python -m
+# foldworks.train --devices T/N --num-nodes N` inside the job's allocation and Lightning's SLURM
+# environment wires up the ranks (README "Multi-GPU and multi-node training on Slurm"); the
+# launch line comes from train_launch() in common.smk.
 
 rule train:
     input:
@@ -21,6 +28,8 @@ rule train:
         cfg=lambda wildcards: json.dumps(config["experiments"][wildcards.experiment], sort_keys=True),
         out_dir=lambda wildcards: f"results/checkpoints/{wildcards.experiment}",
         code=code_hash("train", "models"),
+        launch=lambda wildcards, threads, resources: train_launch(threads, resources)[0],
+        devices=lambda wildcards, threads, resources: train_launch(threads, resources)[1],
     threads: 2
     resources:
         gpu=1,
@@ -30,6 +39,6 @@ rule train:
     log:
         "logs/train/{experiment}.log",
     shell:
-        "python -m foldworks.train --experiment {wildcards.experiment} --params {params.cfg:q}"
+        "{params.launch}python -m foldworks.train --experiment {wildcards.experiment} --params {params.cfg:q}"
         " --chains {input.table} --features-dir data/features --out-dir {params.out_dir}"
-        " --threads {threads} --devices {resources.gpu} --num-nodes {resources.nodes} 2> {log}"
+        " --threads {threads} --devices {params.devices} --num-nodes {resources.nodes} 2> {log}"

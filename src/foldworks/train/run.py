@@ -173,6 +173,9 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
     resume = ResumeCheckpoints(resume_dir, int(cfg["val_every_n_steps"]), int(cfg["checkpoint_every_n_steps"]),
                                int(cfg["keep_resume_checkpoints"]), accumulate, int(cfg["max_steps"]))
     trainer = _make_trainer(config, out_dir, accelerator, precision, [metrics, resume])
+    if trainer.world_size > len(data.val_rows):
+        raise ValueError(f"experiment {experiment}: {len(data.val_rows)} validation chains for {trainer.world_size} "
+                         "ranks; every rank needs at least one (more val chains, or fewer devices/tasks)")
     try:
         if resume_from is None:
             trainer.validate(module, datamodule=data, verbose=False)  # step-0 row: the untrained model
