@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,16 @@ def require_tool(name: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh)")
     return found
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    """Run the repository's Snakefile in ``workdir`` on ``workdir/config.yaml`` with 2 cores.
+
+    Uses the snakemake of the running interpreter's environment (the project's .venv); output is
+    captured as text. ``timeout`` in seconds.
+    """
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

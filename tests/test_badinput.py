@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import shlex
 import shutil
@@ -28,6 +27,7 @@ import yaml
 
 from _fault_server import FaultServer
 from conftest import REPO_ROOT, require_tool
+from conftest import run_snakemake as snakemake
 from foldworks import entrylist, failures
 from foldworks.fetch.entries import load_entries
 
@@ -108,14 +108,6 @@ def build_mirror(real: Path, out: Path) -> Path:
     _write(_doc(real, "4hhb"), "9big", out)
     _write(_doc(real, "5pti"), "9tmp", out)  # fine, but the server is "down" for it at first
     return out
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

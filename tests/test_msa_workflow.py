@@ -12,10 +12,8 @@ single-sequence fallback is allowed. A second directory runs the batched mmseqs 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, require_tool
+from conftest import run_snakemake as snakemake
 from foldworks.ids import msa_relpath
 from foldworks.msa.a3m import a3m_records, read_header, validate_a3m
 from test_msa import select_records, write_fasta
@@ -30,14 +29,6 @@ from test_msa import select_records, write_fasta
 pytestmark = pytest.mark.slow
 ENTRIES = ["1crn", "1ubq", "1aki"]
 _JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", re.MULTILINE)
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def jobs(result: subprocess.CompletedProcess, rule: str) -> list[str]:

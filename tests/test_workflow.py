@@ -7,9 +7,6 @@ through the shared trainer, predictions, metrics, summary, plots and the HTML re
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,16 +14,9 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, require_tool
+from conftest import run_snakemake as snakemake
 
 pytestmark = pytest.mark.slow
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
