@@ -332,7 +332,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     assert {rule: after.counts[rule] for rule in ("train", "predict", "evaluate", "evaluate_baseline", "report")} \
         == {"train": 2, "predict": 2, "evaluate": 2, "evaluate_baseline": 1, "report": 1}
     assert set(after.counts) <= {"msa", "features", "train", "predict", "evaluate", "evaluate_baseline", "report",
-                                 "fetch_manifest", "failures_report", "all"}, after.counts
+                                 "fetch_manifest", "failures_report", "msa_summary", "all"}, after.counts
     assert f"features/{MUTATED_ENTRY}_A.npz" in after.output
 
 

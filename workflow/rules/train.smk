@@ -13,7 +13,9 @@
 # tasks=T (all nodes together), nodes=N: the shell becomes `srun ... --ntasks=T python -m
 # foldworks.train --devices T/N --num-nodes N` inside the job's allocation and Lightning's SLURM
 # environment wires up the ranks (README "Multi-GPU and multi-node training on Slurm"); the
-# launch line comes from train_launch() in common.smk.
+# launch line comes from foldworks.train.launch.train_launch().
+
+from foldworks.train.launch import train_launch
 
 rule train:
     input:
