@@ -17,7 +17,7 @@ from conftest import require_tool
 from foldworks.constants import (
     ATOM_ORDER, ATOM_TYPE_NUM, BACKBONE_ATOMS, CA_INDEX, RESTYPE_1TO3, RESTYPES, sequence_to_aatype,
 )
-from foldworks.evaluate import metrics, reference
+from foldworks.evaluate import lddt as lddt_module, metrics, reference, superpose
 from foldworks.evaluate.__main__ import main as evaluate_main
 from foldworks.evaluate.baseline import ideal_helix, main as baseline_main
 from foldworks.evaluate.scoring import METRIC_COLUMNS, RESIDUE_COLUMNS, read_metrics
@@ -237,6 +237,37 @@ def test_metrics_match_the_tmscore_program(pdb_mirror, tmp_path):
     print("max |delta| vs TMscore (printed to 4 decimals):", worst)
 
 
+def test_fast_rotations_match_the_svd_at_every_angle(pdb_mirror):
+    _, ca = real_chain(pdb_mirror, "1aki")
+    ca = ca - ca.mean(0)
+    rng = np.random.default_rng(13)
+    covariances = []
+    for angle in (0.0, 60.0, 120.0, 170.0, 179.9, 180.0):  # quaternions with a tiny first component
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        cross = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+        theta = np.deg2rad(angle)
+        rotation = np.eye(3) + np.sin(theta) * cross + (1 - np.cos(theta)) * cross @ cross
+        for start, length in ((0, 4), (10, 9), (0, len(ca))):  # seed fragments and the whole chain
+            mobile = ca[start:start + length] + rng.normal(0, 0.5, (length, 3))
+            target = ca[start:start + length] @ rotation.T
+            mobile, target = mobile - mobile.mean(0), target - target.mean(0)
+            covariances.append(mobile.T @ target)
+    line = np.outer(np.arange(5.0), [1.0, 2.0, 3.0])  # collinear points: the optimum is not unique
+    covariances += [line.T @ line, np.zeros((3, 3))]
+    covariances = np.stack(covariances)
+    zeros = np.zeros((len(covariances), 3))
+    svd = metrics.rotation_from_covariance(covariances, zeros, zeros, np.ones(len(covariances)))[0]
+    quaternion, precise = superpose.quaternion_rotations(covariances)
+    assert precise[:9].all() and not precise[-8:].all() and not precise[-2:].any()  # near 180°: Newton
+    np.testing.assert_allclose(quaternion[precise], svd[precise], rtol=0, atol=1e-12)
+    for rows in (len(covariances), 4 * len(covariances)):  # few rows: Newton only; many: QCP first
+        found = superpose.fast_rotations(np.tile(covariances, (rows // len(covariances), 1, 1)))
+        np.testing.assert_allclose(found.reshape(-1, *svd.shape)[:, :-2], np.broadcast_to(
+            svd[:-2], (rows // len(covariances),) + svd[:-2].shape), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.linalg.det(found), 1.0, atol=1e-12)
+
+
 def lddt_cases(mirror: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """(name, aatype, model [L, 37, 3], model mask, reference index) on real structures, rounded to
     the 3 decimals a PDB file keeps; the reference is appended by the caller."""
@@ -322,6 +353,117 @@ def test_heavy_atom_rmsd_matches_gemmi_superposition(pdb_mirror):
         assert value == pytest.approx(expected.rmsd, abs=1e-6)
     assert metrics.rmsd_heavy(ref, ref, ref_mask) == pytest.approx(0.0, abs=1e-6)
     assert found[0] > metrics.rmsd(models[0][:, CA_INDEX], ref[:, CA_INDEX])  # side chains move more
+
+
+def brute_force_pairs(xyz: np.ndarray, residue_of: np.ndarray, radius: float) -> set[tuple[int, int]]:
+    """Pairs ``i < j`` of atoms in different residues closer than ``radius`` from the full matrix."""
+    dist = np.linalg.norm(xyz[:, None] - xyz[None], axis=-1)
+    near = (dist < radius) & (residue_of[:, None] != residue_of[None, :])
+    return {(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(near, 1)))}
+
+
+def test_reference_pairs_equal_the_full_distance_matrix(pdb_mirror):
+    aatype, xyz, mask = real_atom37(pdb_mirror, "1stp")  # gaps, long side chains, OXT
+    keep = np.flatnonzero(mask.reshape(-1))
+    atoms, residue_of = xyz.reshape(-1, 3)[keep], keep // ATOM_TYPE_NUM
+    for radius in (4.0, 8.0, 15.0):
+        i, j, dist = lddt_module.reference_pairs(atoms, residue_of, radius)
+        expected = brute_force_pairs(atoms, residue_of, radius)
+        assert len(i) == len(expected) and set(zip(i.tolist(), j.tolist())) == expected, radius
+        assert np.all(np.diff(i) >= 0) and np.all((np.diff(i) > 0) | (np.diff(j) > 0))  # sorted
+        np.testing.assert_allclose(dist, np.linalg.norm(atoms[i] - atoms[j], axis=-1), rtol=0, atol=1e-12)
+    ca = xyz[mask[:, CA_INDEX], CA_INDEX]  # one atom per residue, the lDDT-Cα case
+    i, j, _ = lddt_module.reference_pairs(ca, np.arange(len(ca)))
+    assert set(zip(i.tolist(), j.tolist())) == brute_force_pairs(ca, np.arange(len(ca)), 15.0)
+
+
+def direct_all_atom_lddt(pred, ref, ref_mask, pred_mask, aatype) -> tuple[float, np.ndarray]:
+    """All-atom lDDT from the definition on full distance matrices: per residue, OpenStructure's
+    swap decision (pairs of its ambiguous atoms with unambiguous atoms of other residues), then
+    every pair scored with the final names. Returns (global, per-residue [L])."""
+    n_res = len(aatype)
+    pred, present = pred.copy(), pred_mask.copy()
+    amb = np.zeros_like(ref_mask)
+    for r, kind in enumerate(aatype):
+        for first, second in metrics.SYMMETRIC_ATOMS.get(RESTYPES[kind] if kind < 20 else "X", ()):
+            amb[r, [ATOM_ORDER[first], ATOM_ORDER[second]]] = True
+    keep = np.flatnonzero(ref_mask.reshape(-1))
+    res = keep // ATOM_TYPE_NUM
+    d_ref = np.linalg.norm(ref.reshape(-1, 3)[keep][:, None] - ref.reshape(-1, 3)[keep][None], axis=-1)
+    scored = (d_ref < 15.0) & (res[:, None] != res[None, :])
+
+    def hits(model, ok):
+        d = np.linalg.norm(model.reshape(-1, 3)[keep][:, None] - model.reshape(-1, 3)[keep][None], axis=-1)
+        both = ok.reshape(-1)[keep][:, None] & ok.reshape(-1)[keep][None, :]
+        return sum((np.abs(d - d_ref) < t) for t in (0.5, 1.0, 2.0, 4.0)) * both * scored
+
+    flat_amb = amb.reshape(-1)[keep]
+    before = hits(pred, present)
+    for r in range(n_res):
+        rows = (res == r) & flat_amb
+        if not rows.any():
+            continue
+        swapped, swapped_ok = pred.copy(), present.copy()
+        for first, second in metrics.SYMMETRIC_ATOMS[RESTYPES[aatype[r]]]:
+            a, b = ATOM_ORDER[first], ATOM_ORDER[second]
+            swapped[r, [a, b]], swapped_ok[r, [a, b]] = pred[r, [b, a]], present[r, [b, a]]
+        after = hits(swapped, swapped_ok)
+        if after[rows][:, ~flat_amb].sum() > before[rows][:, ~flat_amb].sum():
+            pred[r], present[r] = swapped[r], swapped_ok[r]
+    final = hits(pred, present)
+    per_residue = np.array([final[res == r].sum() / (4 * scored[res == r].sum()) if scored[res == r].any()
+                            else np.nan for r in range(n_res)])
+    return final.sum() / (4 * scored.sum()), per_residue
+
+
+@pytest.mark.parametrize("part_pairs", [None, 997])  # pairs are scored in parts: any size, same result
+def test_all_atom_lddt_equals_the_direct_definition(pdb_mirror, monkeypatch, part_pairs):
+    if part_pairs:
+        monkeypatch.setattr(lddt_module, "_PART_PAIRS", part_pairs)
+    lddt_module.clear_cache()
+    aatype, ref, mask = real_atom37(pdb_mirror, "1ubq")
+    rng = np.random.default_rng(11)
+    for sigma in (0.4, 1.5):  # small noise: most swaps undo the renaming; large: decisions vary
+        pred = np.where(mask[..., None], ref + rng.normal(0, sigma, ref.shape), 0.0)
+        pred = swap_names(swap_names(pred, aatype, "E", "OE1", "OE2"), aatype, "L", "CD1", "CD2")
+        pred_mask = mask.copy()
+        pred_mask[30:33, 6:] = False  # missing side-chain atoms, some of them symmetric
+        expected, expected_residues = direct_all_atom_lddt(pred, ref, mask, pred_mask, aatype)
+        found = metrics.lddt_all_atom(pred, ref, mask, aatype, pred_mask)
+        residues = metrics.lddt_all_atom(pred, ref, mask, aatype, pred_mask, per_residue=True)
+        assert found == pytest.approx(expected, abs=1e-12)
+        np.testing.assert_allclose(residues, expected_residues, rtol=0, atol=1e-12)
+    if part_pairs:
+        assert len(lddt_module.cached_reference(ref, mask, aatype).plain_parts) > 10
+    lddt_module.clear_cache()
+
+
+def test_reference_scorer_batch_equals_the_single_metrics(pdb_mirror):
+    aatype, ref, mask = real_atom37(pdb_mirror, "1stp")  # 38 unresolved residues
+    rng = np.random.default_rng(12)
+    preds = np.stack([np.where(mask[..., None], ref + rng.normal(0, sigma, ref.shape), 0.0)
+                      for sigma in (0.5, 2.0, 1.0)])
+    masks = np.stack([mask] * 3)
+    masks[2, 40:45] = False  # a model missing whole residues ...
+    preds[2, 50, CA_INDEX] = np.nan  # ... and one with a non-finite coordinate (treated as absent)
+    found = metrics.ReferenceScorer(ref, mask, aatype).score_batch(preds, masks)
+    assert found[0] == metrics.metric_set(preds[0], ref, mask, aatype, masks[0])._replace(
+        lddt_ca_residues=found[0].lddt_ca_residues)
+    for pred, pred_mask, row in zip(preds, masks, found):
+        pred_mask = pred_mask & np.isfinite(pred).all(-1)
+        pred = np.nan_to_num(pred)
+        ok, ca_ok = mask[:, CA_INDEX], pred_mask[:, CA_INDEX]
+        paired = ok & ca_ok
+        search = metrics.superposition_scores(pred[paired, CA_INDEX], ref[paired, CA_INDEX], int(ok.sum()))
+        assert (row.rmsd_ca, row.tm_score) == (search.rmsd, search.tm_score)
+        assert row.gdt_ts == search.gdt(metrics.GDT_TS_CUTOFFS)
+        assert row.gdt_ha == search.gdt(metrics.GDT_HA_CUTOFFS)
+        assert row.lddt_ca == metrics.lddt_ca(pred[:, CA_INDEX], ref[:, CA_INDEX], ok, ca_ok)
+        np.testing.assert_array_equal(row.lddt_ca_residues, metrics.lddt_ca(
+            pred[:, CA_INDEX], ref[:, CA_INDEX], ok, ca_ok, per_residue=True))
+        assert row.lddt_all_atom == metrics.lddt_all_atom(pred, ref, mask, aatype, pred_mask)
+        assert row.rmsd_heavy == metrics.rmsd_heavy(pred, ref, mask, pred_mask)
+    assert found[0].lddt_all_atom > found[2].lddt_all_atom > found[1].lddt_all_atom
 
 
 # --------------------------------------------------------------------------------- CLI tests

@@ -55,6 +55,11 @@ to ~1e-13. On real pairs (NMR models of 1L2Y, 2KC9,
 3PDZ, 2CRB; noise-perturbed 1UBQ, 1AKI, 2SRC, 5PTI) RMSD, TM-score, GDT-TS and GDT-HA agree with
 TMscore to its printed precision (|Δ| < 5e-4 Å RMSD, < 5e-5 for the scores); TMscore computes
 distances in single precision, so a distance within ~1e-6 Å of a GDT cutoff could still differ.
+
+*Full metric set* (:class:`ReferenceScorer`, :func:`metric_set`, :func:`score_models`): all of
+the above for atom37 models, with the reference side (lDDT pair lists, symmetric-atom tables)
+built once per reference and shared by every model scored against it. Timings:
+``bench/bench_metrics.py`` (``bench/metrics.md``).
 """
 
 from __future__ import annotations
@@ -63,8 +68,10 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from foldworks.constants import ATOM_TYPE_NUM, CA_INDEX
 from foldworks.evaluate.lddt import (  # noqa: F401  (re-exported: one import for all metrics)
-    LDDT_INCLUSION_RADIUS, LDDT_THRESHOLDS, SYMMETRIC_ATOMS, lddt, lddt_all_atom, lddt_ca,
+    LDDT_INCLUSION_RADIUS, LDDT_THRESHOLDS, SYMMETRIC_ATOMS, LddtReference, cached_reference, lddt,
+    lddt_all_atom, lddt_ca,
 )
 from foldworks.evaluate.superpose import SEARCH_CUTOFFS, rotation_from_covariance, search_all
 
@@ -90,16 +97,17 @@ def kabsch_superpose(
     weights = np.asarray(weights, np.float64)
     total = weights.sum(-1)
     safe = np.where(total > 0, total, 1.0)[..., None]
-    mobile_centre = np.einsum("...n,...ni->...i", weights, mobile) / safe
-    target_centre = np.einsum("...n,...ni->...i", weights, target) / safe
-    covariance = np.einsum("...n,...ni,...nj->...ij", weights, mobile, target)
+    row = weights[..., None, :]  # [..., 1, N]: weighted sums as matrix products
+    mobile_centre = (row @ mobile)[..., 0, :] / safe
+    target_centre = (row @ target)[..., 0, :] / safe
+    covariance = np.swapaxes(mobile * weights[..., None], -1, -2) @ target
     covariance -= total[..., None, None] * mobile_centre[..., :, None] * target_centre[..., None, :]
     return rotation_from_covariance(covariance, mobile_centre, target_centre, total)
 
 
 def apply_transform(coords: np.ndarray, rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
     """``coords [..., N, 3] @ rotation.T + translation`` (Å)."""
-    return np.einsum("...ij,...nj->...ni", rotation, coords) + translation[..., None, :]
+    return coords @ np.swapaxes(rotation, -1, -2) + translation[..., None, :]
 
 
 def rmsd(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray | float:
@@ -118,14 +126,32 @@ def rmsd_heavy(pred: np.ndarray, ref: np.ndarray, ref_mask: np.ndarray,
                pred_mask: np.ndarray | None = None) -> np.ndarray | float:
     """All-heavy-atom RMSD (Å) of atom37 models ``pred [..., L, 37, 3]`` against ``ref [L, 37, 3]``
     after the optimal superposition of the atoms present in both (``ref_mask [L, 37]``,
-    ``pred_mask [..., L, 37]``); atoms are paired by name as given (no symmetry swaps)."""
+    ``pred_mask [..., L, 37]``); atoms are paired by name as given (no symmetry swaps). 0 where
+    no atom is shared. Only the shared atoms are gathered, model by model."""
     pred = np.asarray(pred, np.float64)
     n_res, n_atom = np.shape(ref)[:2]
+    batch_shape = pred.shape[:-3]
     both = np.asarray(ref_mask, bool) & (True if pred_mask is None else np.asarray(pred_mask, bool))
-    both = np.broadcast_to(both, pred.shape[:-1]).reshape(*pred.shape[:-3], n_res * n_atom)
-    flat_ref = np.nan_to_num(np.asarray(ref, np.float64)).reshape(n_res * n_atom, 3)
-    flat_pred = np.nan_to_num(pred).reshape(*pred.shape[:-3], n_res * n_atom, 3)
-    return rmsd(flat_pred, np.broadcast_to(flat_ref, flat_pred.shape), both)
+    both = np.broadcast_to(both, pred.shape[:-1]).reshape(-1, n_res * n_atom)
+    flat_ref = np.asarray(ref, np.float64).reshape(n_res * n_atom, 3)
+    flat_pred = pred.reshape(-1, n_res * n_atom, 3)
+    values = np.zeros(len(flat_pred))
+    for index, (model, shared) in enumerate(zip(flat_pred, both)):
+        atoms = np.flatnonzero(shared)
+        if len(atoms):
+            values[index] = _centred_rmsd(np.nan_to_num(model.take(atoms, 0)),
+                                          np.nan_to_num(flat_ref.take(atoms, 0)))
+    values = values.reshape(batch_shape)
+    return float(values) if values.ndim == 0 else values
+
+
+def _centred_rmsd(pred: np.ndarray, ref: np.ndarray) -> float:
+    """:func:`rmsd` of one pair of ``[N, 3]`` arrays (N > 0), without the batch machinery."""
+    pred, ref = pred - pred.mean(0), ref - ref.mean(0)
+    zeros = np.zeros((1, 3))
+    rotation = rotation_from_covariance((pred.T @ ref)[None], zeros, zeros, np.ones(1))[0][0]
+    delta = pred @ rotation.T - ref
+    return float(np.sqrt(np.einsum("ij,ij->", delta, delta) / len(pred)))
 
 
 # -------------------------------------------------------------------- TM-score / GDT search
@@ -202,3 +228,87 @@ def gdt_ts(pred: np.ndarray, ref: np.ndarray, length: int | None = None) -> floa
 def gdt_ha(pred: np.ndarray, ref: np.ndarray, length: int | None = None) -> float:
     """GDT-HA: mean best fraction within 0.5, 1, 2, 4 Å."""
     return gdt(pred, ref, GDT_HA_CUTOFFS, length)
+
+
+# ------------------------------------------------------------ full metric set, many models
+
+class MetricSet(NamedTuple):
+    """Every metric of one atom37 model against its reference (:class:`ReferenceScorer`)."""
+
+    rmsd_ca: float        #: Å over the paired resolved Cα (NaN when none is paired)
+    tm_score: float       #: normalised by the resolved reference residues
+    gdt_ts: float
+    gdt_ha: float
+    lddt_ca: float
+    lddt_all_atom: float  #: heavy atoms, symmetric side-chain names resolved
+    rmsd_heavy: float     #: Å over the heavy atoms present in both, names as given
+    lddt_ca_residues: np.ndarray  #: ``[L]`` per-residue lDDT-Cα (NaN where a residue has no pair)
+
+
+class ReferenceScorer:
+    """The full metric set (:class:`MetricSet`) of any number of atom37 models against one
+    reference, whose lDDT pair lists and symmetric-atom tables are built once (and cached, so a
+    second scorer of the same reference is free).
+
+    ``ref [L, 37, 3]`` (Å), ``ref_mask [L, 37]`` (resolved atoms), ``aatype [L]``. Residues are
+    paired by index. The Cα metrics use the resolved reference Cα (``ref_mask[:, CA]``) and are
+    normalised by their number; a model atom is absent where its mask is false or a coordinate
+    is not finite.
+    """
+
+    def __init__(self, ref: np.ndarray, ref_mask: np.ndarray, aatype: np.ndarray,
+                 inclusion_radius: float = LDDT_INCLUSION_RADIUS) -> None:
+        self.ref = np.asarray(ref, np.float64)
+        self.ref_mask = np.asarray(ref_mask, bool)
+        if self.ref.shape[1:] != (ATOM_TYPE_NUM, 3) or self.ref_mask.shape != self.ref.shape[:2]:
+            raise ValueError(f"expected atom37 reference [L, {ATOM_TYPE_NUM}, 3] with mask [L, "
+                             f"{ATOM_TYPE_NUM}], got {self.ref.shape} and {self.ref_mask.shape}")
+        self.resolved = self.ref_mask[:, CA_INDEX]
+        self.n_resolved = int(self.resolved.sum())
+        if self.n_resolved == 0:
+            raise ValueError("the reference has no resolved CA atom")
+        self.ca = self.ref[:, CA_INDEX]
+        self.ca_lddt = cached_reference(self.ca[:, None], self.resolved[:, None], None, inclusion_radius)
+        self.all_atom_lddt = cached_reference(self.ref, self.ref_mask, aatype, inclusion_radius)
+
+    def score(self, pred: np.ndarray, pred_mask: np.ndarray | None = None) -> MetricSet:
+        """Metrics of one model ``pred [L, 37, 3]`` (Å), present atoms ``pred_mask [L, 37]``."""
+        pred = np.asarray(pred, np.float64)
+        if pred.shape != self.ref.shape:
+            raise ValueError(f"model {pred.shape} does not match the reference {self.ref.shape}")
+        finite = np.isfinite(pred).all(-1)
+        present = finite if pred_mask is None else finite & np.asarray(pred_mask, bool)
+        if not finite.all():
+            pred = np.where(finite[..., None], pred, 0.0)
+        pred_ca, ca_present = pred[:, CA_INDEX], present[:, CA_INDEX]
+        paired = self.resolved & ca_present
+        rmsd_ca, tm, ts, ha = np.nan, 0.0, 0.0, 0.0
+        if paired.any():
+            found = superposition_scores(pred_ca[paired], self.ca[paired], length=self.n_resolved)
+            rmsd_ca, tm = found.rmsd, found.tm_score
+            ts, ha = found.gdt(GDT_TS_CUTOFFS), found.gdt(GDT_HA_CUTOFFS)
+        lddt_ca, lddt_ca_residues = self.ca_lddt.score_both(pred_ca[:, None], ca_present[:, None])
+        return MetricSet(
+            rmsd_ca=float(rmsd_ca), tm_score=float(tm), gdt_ts=ts, gdt_ha=ha, lddt_ca=lddt_ca,
+            lddt_all_atom=self.all_atom_lddt.score(pred, present),
+            rmsd_heavy=rmsd_heavy(pred, self.ref, self.ref_mask, present),
+            lddt_ca_residues=lddt_ca_residues,
+        )
+
+    def score_batch(self, preds: np.ndarray, pred_masks: np.ndarray | None = None) -> list[MetricSet]:
+        """Metrics of models ``preds [B, L, 37, 3]`` (present atoms ``pred_masks [B, L, 37]``)."""
+        preds = np.asarray(preds, np.float64)
+        masks = [None] * len(preds) if pred_masks is None else np.asarray(pred_masks, bool)
+        return [self.score(pred, mask) for pred, mask in zip(preds, masks)]
+
+
+def metric_set(pred: np.ndarray, ref: np.ndarray, ref_mask: np.ndarray, aatype: np.ndarray,
+               pred_mask: np.ndarray | None = None) -> MetricSet:
+    """Full metric set of one atom37 model against its reference (:class:`ReferenceScorer`)."""
+    return ReferenceScorer(ref, ref_mask, aatype).score(pred, pred_mask)
+
+
+def score_models(preds: np.ndarray, ref: np.ndarray, ref_mask: np.ndarray, aatype: np.ndarray,
+                 pred_masks: np.ndarray | None = None) -> list[MetricSet]:
+    """Full metric sets of a batch of models ``[B, L, 37, 3]`` against one reference."""
+    return ReferenceScorer(ref, ref_mask, aatype).score_batch(preds, pred_masks)
