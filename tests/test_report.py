@@ -14,7 +14,7 @@ from foldworks.evaluate.scoring import METRIC_COLUMNS, write_metrics
 from foldworks.report.__main__ import main as report_main
 from foldworks.evaluate.scoring import RESIDUE_COLUMNS, write_residues
 from foldworks.report.plots import PLOT_FILES, calibration_table
-from foldworks.report.summary import SUMMARY_COLUMNS, bootstrap_mean_ci, read_metric_table
+from foldworks.report.summary import SUMMARY_COLUMNS, bootstrap_ci, bootstrap_mean_ci, read_metric_table
 
 TARGETS = ["1aki_A", "1crn_A", "1fki_A", "1l2y_A", "1stp_A", "1ubq_A", "2igd_A", "2src_A",
            "3pdz_A", "4lzt_A", "5pti_A", "205l_A"]
@@ -102,6 +102,7 @@ def test_summary_numbers_match_pandas(inputs):
             assert row[f"{metric}_median"] == pytest.approx(table[metric].median(), abs=5e-5)
         assert row["lddt_ca_ci_low"] < row["lddt_ca_mean"] < row["lddt_ca_ci_high"]
         assert row["lddt_ca_ci_high"] - row["lddt_ca_ci_low"] < 0.2
+        assert row["lddt_ca_median_ci_low"] <= row["lddt_ca_median"] <= row["lddt_ca_median_ci_high"]
         assert row["train_lddt_ca_mean"] == pytest.approx(train["lddt_ca"].mean(), abs=5e-5)
     first = (root / "summary.tsv").read_bytes()
     assert report_main(args) == 0
@@ -130,6 +131,15 @@ def test_bootstrap_interval_is_seeded_and_sensible():
     assert interval[1] == pytest.approx(values.mean() + half_width, abs=0.01)
     assert bootstrap_mean_ci([0.5] * 5, 100, seed=0) == (0.5, 0.5)
     assert all(np.isnan(bootstrap_mean_ci([], 100, seed=0)))
+
+
+def test_median_interval_covers_the_median_not_the_mean():
+    # skewed values: most near 0.2, a few near 0.9, so the mean sits far above the median
+    values = np.concatenate([np.full(30, 0.2), np.full(10, 0.9)]) + np.random.default_rng(1).normal(0, 0.01, 40)
+    low, high = bootstrap_ci(values, 2000, seed=0, statistic="median")
+    assert low <= np.median(values) <= high
+    assert high < values.mean()  # the mean (0.375) lies outside the median's interval
+    assert bootstrap_ci(values, 2000, seed=0, statistic="mean") == bootstrap_mean_ci(values, 2000, seed=0)
 
 
 def test_report_rejects_a_bad_training_log(inputs, caplog):

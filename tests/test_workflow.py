@@ -78,7 +78,8 @@ def test_html_report_contains_plots_and_summary(tiny_run):
     result = snakemake(workdir, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]
     html = report.read_text(errors="replace")
-    for name in ("lddt_ca_distribution.png", "training_curves.png", "plddt_calibration.png", "summary.tsv"):
+    for name in ("lddt_ca_distribution.png", "lddt_ca_vs_length.png", "training_curves.png",
+                 "per_target_comparison.png", "plddt_calibration.png", "summary.tsv"):
         assert name in html
 
 

@@ -1,8 +1,9 @@
 """Summary statistics of per-target metric tables (``results/metrics/*.tsv``).
 
 One row per experiment plus a ``baseline`` row: the number of test targets, mean and median of
-lDDT-Cα, RMSD-Cα (Å), GDT-TS and TM-score, a percentile-bootstrap confidence interval of the
-mean lDDT-Cα (resampling targets with a fixed seed, so reruns give identical numbers), and the
+lDDT-Cα, RMSD-Cα (Å), GDT-TS and TM-score, percentile-bootstrap confidence intervals of the
+mean and of the median lDDT-Cα (resampling targets with a fixed seed, so reruns give identical
+numbers), and the
 train-split mean lDDT-Cα where a train table is given.
 """
 
@@ -23,6 +24,7 @@ SUMMARY_METRICS: tuple[str, ...] = ("lddt_ca", "rmsd_ca", "gdt_ts", "tm_score")
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "experiment", "n_targets",
     "lddt_ca_mean", "lddt_ca_median", "lddt_ca_ci_low", "lddt_ca_ci_high",
+    "lddt_ca_median_ci_low", "lddt_ca_median_ci_high",
     "rmsd_ca_mean", "rmsd_ca_median", "gdt_ts_mean", "gdt_ts_median",
     "tm_score_mean", "tm_score_median", "train_lddt_ca_mean",
 )
@@ -42,18 +44,25 @@ def read_metric_table(path: str | Path) -> pd.DataFrame:
                        keep_default_na=False, na_values=[""])
 
 
-def bootstrap_mean_ci(values: Sequence[float], n_resamples: int, seed: int,
-                      confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (NaNs dropped; NaN if empty)."""
+def bootstrap_ci(values: Sequence[float], n_resamples: int, seed: int, confidence: float = 0.95,
+                 statistic: str = "mean") -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean or median of ``values`` (NaNs dropped; NaN if empty)."""
     data = np.asarray(values, np.float64)
     data = data[~np.isnan(data)]
     if data.size == 0:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(n_resamples, data.size))].mean(axis=1)
+    samples = data[rng.integers(0, data.size, size=(n_resamples, data.size))]
+    stats = np.median(samples, axis=1) if statistic == "median" else samples.mean(axis=1)
     tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(means, [tail, 100.0 - tail])
+    low, high = np.percentile(stats, [tail, 100.0 - tail])
     return float(low), float(high)
+
+
+def bootstrap_mean_ci(values: Sequence[float], n_resamples: int, seed: int,
+                      confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (see :func:`bootstrap_ci`)."""
+    return bootstrap_ci(values, n_resamples, seed, confidence, "mean")
 
 
 def summarise_table(name: str, table: pd.DataFrame, train: pd.DataFrame | None,
@@ -64,10 +73,10 @@ def summarise_table(name: str, table: pd.DataFrame, train: pd.DataFrame | None,
         column = pd.to_numeric(table[metric], errors="coerce") if metric in table else pd.Series(dtype=float)
         row[f"{metric}_mean"] = float(column.mean()) if column.notna().any() else math.nan
         row[f"{metric}_median"] = float(column.median()) if column.notna().any() else math.nan
-    low, high = bootstrap_mean_ci(table["lddt_ca"] if "lddt_ca" in table else [],
-                                  int(params["n_bootstrap"]), int(params["seed"]),
-                                  float(params["confidence"]))
-    row["lddt_ca_ci_low"], row["lddt_ca_ci_high"] = low, high
+    values = table["lddt_ca"] if "lddt_ca" in table else []
+    settings = (int(params["n_bootstrap"]), int(params["seed"]), float(params["confidence"]))
+    row["lddt_ca_ci_low"], row["lddt_ca_ci_high"] = bootstrap_ci(values, *settings, "mean")
+    row["lddt_ca_median_ci_low"], row["lddt_ca_median_ci_high"] = bootstrap_ci(values, *settings, "median")
     if train is not None and "lddt_ca" in train and train["lddt_ca"].notna().any():
         row["train_lddt_ca_mean"] = float(train["lddt_ca"].mean())
     else:
