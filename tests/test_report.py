@@ -14,7 +14,9 @@ from foldworks.evaluate.scoring import METRIC_COLUMNS, write_metrics
 from foldworks.report.__main__ import main as report_main
 from foldworks.evaluate.scoring import RESIDUE_COLUMNS, write_residues
 from foldworks.report.plots import PLOT_FILES, calibration_table
-from foldworks.report.summary import SUMMARY_COLUMNS, bootstrap_ci, bootstrap_mean_ci, read_metric_table
+from foldworks.report.summary import (
+    SUMMARY_COLUMNS, bootstrap_ci, bootstrap_mean_ci, read_metric_table, restrict_baseline_train,
+)
 
 TARGETS = ["1aki_A", "1crn_A", "1fki_A", "1l2y_A", "1stp_A", "1ubq_A", "2igd_A", "2src_A",
            "3pdz_A", "4lzt_A", "5pti_A", "205l_A"]
@@ -140,6 +142,16 @@ def test_median_interval_covers_the_median_not_the_mean():
     assert low <= np.median(values) <= high
     assert high < values.mean()  # the mean (0.375) lies outside the median's interval
     assert bootstrap_ci(values, 2000, seed=0, statistic="mean") == bootstrap_mean_ci(values, 2000, seed=0)
+
+
+def test_baseline_train_mean_uses_the_experiments_train_targets():
+    experiment = pd.DataFrame({"target": ["1aki_A", "1crn_A"], "lddt_ca": [0.5, 0.7]})
+    baseline = pd.DataFrame({"target": ["1aki_A", "1crn_A", "1ubq_A"], "lddt_ca": [0.2, 0.4, 0.9]})
+    tables = restrict_baseline_train({"distogram": experiment, "baseline": baseline})
+    assert sorted(tables["baseline"]["target"]) == ["1aki_A", "1crn_A"]
+    assert tables["baseline"]["lddt_ca"].mean() == pytest.approx(0.3)
+    assert tables["distogram"] is experiment
+    assert len(restrict_baseline_train({"baseline": baseline})["baseline"]) == 3  # nothing to align to
 
 
 def test_report_rejects_a_bad_training_log(inputs, caplog):

@@ -25,7 +25,8 @@ from foldworks.logutil import setup_logging
 from foldworks.ids import InvalidIdentifier
 from foldworks.report import plots
 from foldworks.report.summary import (
-    BASELINE, DEFAULT_PARAMS, experiment_name, read_metric_table, summarise, write_summary,
+    BASELINE, DEFAULT_PARAMS, experiment_name, read_metric_table, restrict_baseline_train, summarise,
+    write_summary,
 )
 
 log = logging.getLogger("foldworks.report")
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> None:
     if BASELINE in tables:
         raise ValueError("experiment name 'baseline' is reserved for --baseline")
     baseline = read_metric_table(args.baseline)
-    train_tables = read_tables(args.train_metrics)
+    train_tables = restrict_baseline_train(read_tables(args.train_metrics))
     with_baseline = {**tables, BASELINE: baseline}
     summary = summarise(with_baseline, train_tables, params)
     write_summary(args.summary, summary)

@@ -93,6 +93,20 @@ def summarise(tables: Mapping[str, pd.DataFrame], train_tables: Mapping[str, pd.
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
+def restrict_baseline_train(train_tables: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The baseline's train table cut to the train targets the experiments were scored on.
+
+    Experiments score a subset of train chains (``predict.train_subset``) while the baseline scores
+    them all; without this, ``train_lddt_ca_mean`` would compare different chains.
+    """
+    tables = dict(train_tables)
+    experiments = [t for name, t in tables.items() if name != BASELINE and "target" in t]
+    if BASELINE in tables and experiments and "target" in tables[BASELINE]:
+        targets = set().union(*(set(t["target"]) for t in experiments))
+        tables[BASELINE] = tables[BASELINE][tables[BASELINE]["target"].isin(targets)]
+    return tables
+
+
 def write_summary(path: str | Path, summary: pd.DataFrame) -> None:
     """Write the summary TSV atomically; floats with 4 decimals, NaN as an empty cell."""
     def cell(value: Any) -> str:
