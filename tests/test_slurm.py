@@ -29,6 +29,7 @@ import torch
 import yaml
 
 from conftest import REPO_ROOT, require_tool
+from test_train_resume import SNAKEFILE as TRAIN_SNAKEFILE
 from slurm_cluster import CPU_PARTITION, GPU_PARTITION, SlurmCluster, unavailable_reason
 from foldworks.train.data import select_rows
 
@@ -294,23 +295,8 @@ def test_requeued_training_resumed_from_its_sigterm_checkpoint(ddp_requeue_run):
 
 # ---- the train rule's launch line (dry run, no cluster) -------------------------------------------
 
-LAUNCH_SNAKEFILE = """
-import json, sys
-sys.path.insert(0, {src!r})
-import pandas as pd
-from foldworks.provenance import code_hash
-config["experiments"] = {{"tiny": {{"model": "distogram"}}}}
-
-def features_of(splits):
-    table = pd.read_parquet("data/chains.parquet")
-    chosen = table[table["split"].isin(splits)]
-    return sorted(f"data/features/{{e}}_{{c}}.npz" for e, c in zip(chosen["entry"], chosen["chain"]))
-
-wildcard_constraints:
-    experiment="tiny"
-
-include: {rule!r}
-"""
+# The mini Snakefile around train.smk that tests/test_train_resume.py uses, with one experiment.
+LAUNCH_EXPERIMENT = json.dumps({"model": "distogram"})
 
 
 @pytest.mark.parametrize("resources, launch, devices", [
@@ -331,8 +317,8 @@ def test_train_rule_launches_srun_only_for_multi_task_jobs(tmp_path, resources, 
         tmp_path / "data" / "chains.parquet")
     for name in ("1crn_A", "1ubq_A"):
         (tmp_path / "data" / "features" / f"{name}.npz").write_bytes(b"")
-    (tmp_path / "Snakefile").write_text(LAUNCH_SNAKEFILE.format(
-        src=str(REPO_ROOT / "src"), rule=str(REPO_ROOT / "workflow" / "rules" / "train.smk")))
+    (tmp_path / "Snakefile").write_text(TRAIN_SNAKEFILE.format(
+        src=str(REPO_ROOT / "src"), experiment=LAUNCH_EXPERIMENT, rule=str(REPO_ROOT / "workflow" / "rules" / "train.smk")))
     bin_dir = Path(sys.executable).parent
     cmd = [str(bin_dir / "snakemake"), "results/checkpoints/tiny/last.ckpt", "-n", "-p", "--cores", "4"]
     if resources:
