@@ -12,6 +12,19 @@ Padded batch dict used by every model (``B`` chains, ``L`` residues, ``N`` MSA r
 | ``residue_mask`` | bool ``[B, L]`` | residue resolved in the reference (implies ``mask``) |
 | ``residue_index`` | long ``[B, L]`` | 0-based position in the full chain (crops keep offsets) |
 | ``ca_coords`` | float ``[B, L, 3]`` | reference Cα, Å (0 where unresolved) |
+| ``all_atom_positions`` | float ``[B, L, 37, 3]`` | reference heavy atoms, atom37 layout (``constants.ATOM_TYPES``), Å |
+| ``all_atom_mask`` | bool ``[B, L, 37]`` | reference atom resolved (all ``False`` on padding / unresolved residues) |
+
+Output dict of a structure family (``forward(batch)``):
+
+| key | required | dtype, shape | meaning |
+|---|---|---|---|
+| ``ca_coords`` | yes | float ``[B, L, 3]`` | predicted Cα, Å |
+| ``plddt`` | yes | float ``[B, L]`` | predicted lDDT-Cα, 0..1 |
+| ``atom37_coords`` | all-atom families | float ``[B, L, 37, 3]`` | predicted heavy atoms, Å |
+| ``atom37_mask`` | with ``atom37_coords`` | bool ``[B, L, 37]`` | atoms that exist for the residue type |
+| ``frames_rot`` / ``frames_trans`` | optional | ``[B, L, 3, 3]`` / ``[B, L, 3]`` | backbone frames (x_global = R x_local + t), Å |
+| ``pae_logits`` | optional | float ``[B, L, L, n_bins]`` | PAE head; bin centres in ``pae_bin_centers [n_bins]`` (Å) |
 """
 
 from __future__ import annotations

@@ -118,6 +118,8 @@ def make_example(feats: dict[str, np.ndarray], crop_size: int | None, max_msa_ro
         "residue_mask": feats["residue_mask"][index].astype(bool),
         "residue_index": index.astype(np.int64),
         "ca_coords": ca_all[index].astype(np.float32),
+        "all_atom_positions": feats["atom_positions"][index].astype(np.float32),
+        "all_atom_mask": feats["atom_mask"][index].astype(bool),
     }
 
 
@@ -135,6 +137,8 @@ def collate(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         "residue_mask": torch.zeros(b, length, dtype=torch.bool),
         "residue_index": torch.zeros(b, length, dtype=torch.long),
         "ca_coords": torch.zeros(b, length, 3),
+        "all_atom_positions": torch.zeros(b, length, 37, 3),
+        "all_atom_mask": torch.zeros(b, length, 37, dtype=torch.bool),
     }
     for i, e in enumerate(examples):
         n, l_i = e["msa"].shape
@@ -146,6 +150,8 @@ def collate(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         batch["residue_mask"][i, :l_i] = torch.from_numpy(e["residue_mask"])
         batch["residue_index"][i, :l_i] = torch.from_numpy(e["residue_index"])
         batch["ca_coords"][i, :l_i] = torch.from_numpy(e["ca_coords"])
+        batch["all_atom_positions"][i, :l_i] = torch.from_numpy(e["all_atom_positions"])
+        batch["all_atom_mask"][i, :l_i] = torch.from_numpy(e["all_atom_mask"])
     return batch
 
 
