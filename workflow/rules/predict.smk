@@ -12,6 +12,7 @@ rule predict:
     params:
         splits=",".join(config["predict"]["splits"]),
         train_subset=config["predict"]["train_subset"],
+        max_memory_gb=config["predict"].get("max_memory_gb", 0),
         code=code_hash("predict", "models", "train"),
     threads: 2
     resources:
@@ -23,4 +24,5 @@ rule predict:
     shell:
         "python -m foldworks.predict --checkpoint {input.checkpoint} --chains {input.table}"
         " --features-dir data/features --out-dir {output} --splits {params.splits}"
-        " --train-subset {params.train_subset} --threads {threads} 2> {log}"
+        " --train-subset {params.train_subset} --max-memory-gb {params.max_memory_gb}"
+        " --threads {threads} 2> {log}"

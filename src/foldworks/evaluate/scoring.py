@@ -2,6 +2,10 @@
 
 Only resolved reference residues are scored (``residue_mask`` and a present Cα). Predicted
 residues are matched by residue number ``1..L`` along the full sequence (DATA_FORMATS.md §7).
+Every heavy atom of the prediction is read (atom37 names; hydrogens and unknown names are
+skipped); a prediction with any atom besides CA is *all-atom* and also gets ``lddt_all_atom``
+(every resolved reference heavy atom, symmetric side-chain names resolved) and ``rmsd_heavy`` (Å,
+heavy atoms present in both); both are NaN for Cα-only predictions.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import gemmi
 import numpy as np
 import pandas as pd
 
-from foldworks.constants import CA_INDEX, RESTYPE_3TO1
+from foldworks.constants import ATOM_ORDER, ATOM_TYPE_NUM, CA_INDEX, RESTYPE_3TO1
 from foldworks.evaluate import metrics
 from foldworks.fsutil import write_tsv_atomic
 from foldworks.ids import split_target
@@ -28,7 +32,10 @@ log = logging.getLogger(__name__)
 METRIC_COLUMNS: tuple[str, ...] = (
     "target", "entry", "chain", "length", "n_resolved",
     "rmsd_ca", "lddt_ca", "gdt_ts", "gdt_ha", "tm_score", "mean_plddt",
+    "lddt_all_atom", "rmsd_heavy",
 )
+#: Columns a metric row may lack (Cα-only scorers): written as empty cells (NaN).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("lddt_all_atom", "rmsd_heavy")
 
 #: Columns of ``results/metrics/residues/*.tsv``: one row per resolved reference residue
 #: (``residue`` = 1-based index along the full sequence, ``plddt`` 0-100 from the B-factor).
@@ -57,12 +64,17 @@ class EvaluationError(RuntimeError):
 
 @dataclass(frozen=True)
 class Reference:
-    """Cα trace of one reference chain: ``ca [L, 3]`` (Å), ``resolved [L]``, ``sequence`` (may be "")."""
+    """One reference chain: Cα trace ``ca [L, 3]`` (Å), ``resolved [L]``, ``sequence`` (may be "")
+    and its heavy atoms ``atoms [L, 37, 3]`` (Å), ``atom_mask [L, 37]`` (resolved residues only),
+    ``aatype [L]`` (``None`` where the feature file has none: no symmetric-name resolution)."""
 
     target: str
     ca: np.ndarray
     resolved: np.ndarray
     sequence: str
+    atoms: np.ndarray | None = None
+    atom_mask: np.ndarray | None = None
+    aatype: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -72,11 +84,20 @@ class Reference:
 @dataclass(frozen=True)
 class Prediction:
     """Predicted Cα trace aligned to the full sequence: ``ca [L, 3]`` (NaN where absent),
-    ``present [L]``, per-residue ``plddt [L]`` (0-100, NaN where absent or unknown)."""
+    ``present [L]``, per-residue ``plddt [L]`` (0-100, NaN where absent or unknown); for an
+    all-atom prediction also ``atoms [L, 37, 3]`` (Å, NaN where absent) and ``atom_mask [L, 37]``
+    (``None`` for a Cα-only one)."""
 
     ca: np.ndarray
     present: np.ndarray
     plddt: np.ndarray
+    atoms: np.ndarray | None = None
+    atom_mask: np.ndarray | None = None
+
+    @property
+    def all_atom(self) -> bool:
+        """Whether the prediction has any atom besides CA."""
+        return self.atom_mask is not None
 
 
 def load_reference(path: str | Path, target: str) -> Reference:
@@ -92,15 +113,18 @@ def load_reference(path: str | Path, target: str) -> Reference:
         except KeyError as exc:
             raise EvaluationError(f"target {target}: {path} lacks key {exc}") from exc
         sequence = str(data["sequence"]) if "sequence" in data.files else ""
+        aatype = np.asarray(data["aatype"], np.int64) if "aatype" in data.files else None
     resolved = residue_mask & atom_mask[:, CA_INDEX]
-    return Reference(target, positions[:, CA_INDEX], resolved, sequence)
+    return Reference(target, positions[:, CA_INDEX], resolved, sequence, positions,
+                     atom_mask & residue_mask[:, None], aatype)
 
 
 def read_prediction(path: str | Path, target: str, length: int, sequence: str = "") -> Prediction:
-    """Read the Cα atoms and B-factors (pLDDT) of a one-chain predicted mmCIF with gemmi.
+    """Read the heavy atoms and CA B-factors (pLDDT) of a one-chain predicted mmCIF with gemmi.
 
     Residue numbers must lie in ``1..length``; residue names are checked against ``sequence``
     where both are standard amino acids (a mismatch is logged, since it means misnumbering).
+    Atoms are placed by name in the atom37 layout (alternate locations: the first one).
     """
     path = Path(path)
     try:
@@ -109,27 +133,35 @@ def read_prediction(path: str | Path, target: str, length: int, sequence: str = 
         raise EvaluationError(f"target {target}: cannot read prediction {path}: {exc}") from exc
     if len(structure) == 0 or len(structure[0]) != 1:
         raise EvaluationError(f"target {target}: {path} must hold exactly one chain in one model")
-    ca = np.full((length, 3), np.nan)
+    atoms = np.full((length, ATOM_TYPE_NUM, 3), np.nan)
     plddt = np.full(length, np.nan)
+    seen = np.zeros(length, bool)
     mismatches = 0
     for residue in structure[0][0]:
         index = residue.seqid.num - 1
         if not 0 <= index < length:
             raise EvaluationError(
                 f"target {target}: residue number {residue.seqid.num} outside 1..{length} in {path}")
-        atom = residue.find_atom("CA", "*")
-        if atom is None:
-            continue
-        if not np.isnan(ca[index, 0]):
+        if seen[index]:
             raise EvaluationError(f"target {target}: residue {index + 1} appears twice in {path}")
-        ca[index] = (atom.pos.x, atom.pos.y, atom.pos.z)
-        plddt[index] = atom.b_iso
+        seen[index] = True
+        for atom in residue:
+            slot = ATOM_ORDER.get(atom.name)
+            if slot is None or atom.element.name == "H" or not np.isnan(atoms[index, slot, 0]):
+                continue
+            atoms[index, slot] = (atom.pos.x, atom.pos.y, atom.pos.z)
+            if slot == CA_INDEX:
+                plddt[index] = atom.b_iso
         expected = sequence[index] if index < len(sequence) else "X"
         found = RESTYPE_3TO1.get(residue.name, "X")
         mismatches += expected != "X" and found != "X" and expected != found
     if mismatches:
         log.warning("target %s: %d residue names differ from the reference sequence", target, mismatches)
-    return Prediction(ca, ~np.isnan(ca[:, 0]), plddt)
+    present_atoms = ~np.isnan(atoms[..., 0])
+    ca = atoms[:, CA_INDEX]
+    if not np.delete(present_atoms, CA_INDEX, axis=1).any():
+        return Prediction(ca, present_atoms[:, CA_INDEX], plddt)
+    return Prediction(ca, present_atoms[:, CA_INDEX], plddt, atoms, present_atoms)
 
 
 def score_prediction(prediction: Prediction, reference: Reference) -> dict[str, Any]:
@@ -159,7 +191,25 @@ def score_prediction(prediction: Prediction, reference: Reference) -> dict[str, 
         "length": reference.length, "n_resolved": n_resolved,
         "rmsd_ca": rmsd, "lddt_ca": lddt, "gdt_ts": ts, "gdt_ha": ha, "tm_score": tm,
         "mean_plddt": float(plddt.mean()) if plddt.size else math.nan,
+        **all_atom_scores(prediction, reference),
     }
+
+
+def all_atom_scores(prediction: Prediction, reference: Reference) -> dict[str, float]:
+    """``lddt_all_atom`` and ``rmsd_heavy`` (Å) of an all-atom prediction over the resolved
+    reference heavy atoms (OXT included where resolved: a model without it loses those pairs, as
+    in OpenStructure); NaN for a Cα-only prediction or a reference without atoms."""
+    if not prediction.all_atom or reference.atoms is None or reference.atom_mask is None:
+        return {"lddt_all_atom": math.nan, "rmsd_heavy": math.nan}
+    pred = np.nan_to_num(prediction.atoms)
+    # aatype resolves symmetric names (ASP OD1/OD2, ...); without it names are taken as given
+    lddt = metrics.lddt(pred, reference.atoms, reference.atom_mask, prediction.atom_mask,
+                        aatype=reference.aatype)
+    shared = reference.atom_mask & prediction.atom_mask
+    rmsd = math.nan
+    if shared.any():
+        rmsd = metrics.rmsd_heavy(pred, reference.atoms, reference.atom_mask, prediction.atom_mask)
+    return {"lddt_all_atom": float(lddt), "rmsd_heavy": float(rmsd)}
 
 
 def residue_rows(prediction: Prediction, reference: Reference) -> list[dict[str, Any]]:
@@ -191,7 +241,8 @@ def format_value(value: Any) -> str:
 def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
     """Write metric rows sorted by target, byte-identical for identical inputs (atomic)."""
     ordered = sorted(rows, key=lambda row: row["target"])
-    cells = [[format_value(row[column]) for column in METRIC_COLUMNS] for row in ordered]
+    cells = [[format_value(row[column] if column not in OPTIONAL_COLUMNS else row.get(column, math.nan))
+              for column in METRIC_COLUMNS] for row in ordered]
     write_tsv_atomic(path, METRIC_COLUMNS, cells)
 
 

@@ -2,13 +2,18 @@
 
 Outputs: ``{out_dir}/{target}.cif`` for every chain of the requested splits,
 ``{out_dir}/train/{target}.cif`` for a deterministic subset of train chains and
-``{out_dir}/index.tsv`` (``target, split, length, mean_plddt``).
+``{out_dir}/index.tsv`` (``target, split, length, mean_plddt, n_atoms, mean_pae``). A family
+whose outputs have ``atom37_coords`` gets all-atom mmCIF, one with ``pae_logits`` also
+``{target}_pae.json`` beside it (AlphaFold DB layout); Cα-only families get Cα traces
+(:mod:`foldworks.predict.writer`). Before each chain runs, its memory estimate is checked
+against ``max_memory_gb`` (:mod:`foldworks.predict.memory`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -17,12 +22,15 @@ import pandas as pd
 import torch
 
 from foldworks.fsutil import write_tsv_atomic
-from foldworks.predict.writer import write_ca_mmcif
+from foldworks.predict.memory import check_memory
+from foldworks.predict.writer import expected_pae, write_atom37_mmcif, write_ca_mmcif, write_pae_json
 from foldworks.train.checkpoint import model_from_checkpoint
-from foldworks.train.data import collate, load_feature_file, make_example, select_targets
+from foldworks.train.data import collate, load_feature_file, make_example, select_rows, select_targets
 
 log = logging.getLogger(__name__)
-INDEX_HEADER = ("target", "split", "length", "mean_plddt")
+INDEX_HEADER = ("target", "split", "length", "mean_plddt", "n_atoms", "mean_pae")
+#: Output keys copied to numpy (first batch element) by :func:`predict_chain`.
+OUTPUT_KEYS = ("ca_coords", "plddt", "atom37_coords", "atom37_mask", "pae_logits", "pae_bin_centers")
 
 
 def train_subset(targets: list[tuple[str, Path]], size: int) -> list[tuple[str, Path]]:
@@ -32,16 +40,52 @@ def train_subset(targets: list[tuple[str, Path]], size: int) -> list[tuple[str, 
 
 
 @torch.no_grad()
-def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Whole-chain prediction → ``(ca_coords [L, 3] Å, plddt [L] 0..1)``."""
+def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int) -> dict[str, np.ndarray]:
+    """Whole-chain prediction → numpy outputs of the first (only) chain: ``ca_coords [L, 3]`` Å,
+    ``plddt [L]`` 0..1 and, where the family has them, ``atom37_coords [L, 37, 3]``,
+    ``atom37_mask [L, 37]``, ``pae_logits [L, L, n_bins]``, ``pae_bin_centers [n_bins]`` (Å)."""
     batch = collate([make_example(feats, None, max_msa_rows, None)])
     outputs = model(batch)
-    return outputs["ca_coords"][0].float().numpy(), outputs["plddt"][0].float().numpy()
+    found = {}
+    for key in OUTPUT_KEYS:
+        if key in outputs:
+            value = outputs[key].detach()
+            value = value if key == "pae_bin_centers" else value[0]
+            found[key] = value.numpy() if value.dtype == torch.bool else value.float().numpy()
+    return found
+
+
+def write_prediction(out_path: Path, sequence: str, target: str, outputs: dict[str, np.ndarray]
+                     ) -> tuple[int, float]:
+    """Write the mmCIF (all-atom or Cα) and, with PAE logits, ``{target}_pae.json`` beside it.
+
+    Returns ``(atoms written, mean PAE in Å or NaN)``.
+    """
+    plddt = outputs["plddt"]
+    if "atom37_coords" in outputs:
+        mask = outputs["atom37_mask"].astype(bool)
+        write_atom37_mmcif(out_path, sequence, outputs["atom37_coords"], mask, plddt, target)
+        n_atoms = int(mask.sum())
+    else:
+        write_ca_mmcif(out_path, sequence, outputs["ca_coords"], plddt, target)
+        n_atoms = len(sequence)
+    mean_pae = math.nan
+    if "pae_logits" in outputs:
+        centers = outputs["pae_bin_centers"]
+        pae = expected_pae(outputs["pae_logits"], centers)
+        write_pae_json(out_path.with_name(f"{target}_pae.json"), pae, float(np.max(centers)))
+        mean_pae = float(pae.mean())
+    return n_atoms, mean_pae
 
 
 def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, splits: Sequence[str],
-            train_subset_size: int = 0) -> list[tuple[str, str, int, float]]:
-    """Predict the chains of ``splits`` (+ a train subset); returns the ``index.tsv`` rows."""
+            train_subset_size: int = 0, max_memory_gb: float = 0.0) -> list[tuple]:
+    """Predict the chains of ``splits`` (+ a train subset); returns the ``index.tsv`` rows.
+
+    ``max_memory_gb`` > 0: a chain whose estimated activation memory exceeds it is refused
+    (:class:`foldworks.predict.memory.ChainTooLarge`, naming the chain and the memory needed)
+    before anything runs.
+    """
     model, config = model_from_checkpoint(checkpoint)
     max_msa_rows = int(config["data"]["max_msa_rows"])
     table = pd.read_parquet(chains)
@@ -50,16 +94,22 @@ def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, s
     if train_subset_size > 0:
         subset = train_subset(select_targets(table, ["train"], features_dir), train_subset_size)
         jobs += [("train", target, path, out_dir / "train" / f"{target}.cif") for target, path in subset]
+    known = select_rows(table, [*splits, "train"], features_dir)
+    lengths = dict(zip(known["target"], known["length"]))
+    for _, target, _, _ in jobs:  # refuse before any work, not after hours of it
+        check_memory(model, target, int(lengths[target]), max_msa_rows, max_memory_gb)
     rows = []
     for split, target, path, out_path in jobs:
         feats = load_feature_file(path)
         sequence = str(feats["sequence"])
         try:
-            coords, plddt = predict_chain(model, feats, max_msa_rows)
-            write_ca_mmcif(out_path, sequence, coords, plddt, target)
+            outputs = predict_chain(model, feats, max_msa_rows)
+            n_atoms, mean_pae = write_prediction(out_path, sequence, target, outputs)
         except Exception as exc:
             raise RuntimeError(f"{target}: prediction failed: {exc}") from exc
-        rows.append((target, split, len(sequence), round(float(plddt.mean() * 100.0), 3)))
-        log.info("%s (%s): %d residues, mean pLDDT %.1f", target, split, len(sequence), rows[-1][3])
+        mean_plddt = round(float(outputs["plddt"].mean() * 100.0), 3)
+        rows.append((target, split, len(sequence), mean_plddt, n_atoms,
+                     "" if math.isnan(mean_pae) else round(mean_pae, 3)))
+        log.info("%s (%s): %d residues, %d atoms, mean pLDDT %.1f", target, split, len(sequence), n_atoms, mean_plddt)
     write_tsv_atomic(out_dir / "index.tsv", INDEX_HEADER, rows)
     return rows

@@ -3,8 +3,9 @@
 One row per experiment plus a ``baseline`` row: the number of test targets, mean and median of
 lDDT-Cα, RMSD-Cα (Å), GDT-TS and TM-score, percentile-bootstrap confidence intervals of the
 mean and of the median lDDT-Cα (resampling targets with a fixed seed, so reruns give identical
-numbers), and the
-train-split mean lDDT-Cα where a train table is given.
+numbers), the
+train-split mean lDDT-Cα where a train table is given, and the mean all-atom lDDT and heavy-atom
+RMSD (Å) of all-atom predictions (empty for Cα-only experiments and the baseline).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "lddt_ca_median_ci_low", "lddt_ca_median_ci_high",
     "rmsd_ca_mean", "rmsd_ca_median", "gdt_ts_mean", "gdt_ts_median",
     "tm_score_mean", "tm_score_median", "train_lddt_ca_mean",
+    "lddt_all_atom_mean", "rmsd_heavy_mean",
 )
+#: Means over the targets that have a value (all-atom predictions only; NaN for Cα-only ones).
+ALL_ATOM_METRICS: tuple[str, ...] = ("lddt_all_atom", "rmsd_heavy")
 DEFAULT_PARAMS: dict[str, Any] = {"n_bootstrap": 2000, "seed": 0, "confidence": 0.95}
 
 
@@ -77,6 +81,9 @@ def summarise_table(name: str, table: pd.DataFrame, train: pd.DataFrame | None,
     settings = (int(params["n_bootstrap"]), int(params["seed"]), float(params["confidence"]))
     row["lddt_ca_ci_low"], row["lddt_ca_ci_high"] = bootstrap_ci(values, *settings, "mean")
     row["lddt_ca_median_ci_low"], row["lddt_ca_median_ci_high"] = bootstrap_ci(values, *settings, "median")
+    for metric in ALL_ATOM_METRICS:
+        column = pd.to_numeric(table[metric], errors="coerce") if metric in table else pd.Series(dtype=float)
+        row[f"{metric}_mean"] = float(column.mean()) if column.notna().any() else math.nan
     if train is not None and "lddt_ca" in train and train["lddt_ca"].notna().any():
         row["train_lddt_ca_mean"] = float(train["lddt_ca"].mean())
     else:
