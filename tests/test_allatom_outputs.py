@@ -19,7 +19,7 @@ import torch
 from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER, ATOM_TYPES, BACKBONE_ATOMS, CA_INDEX, RESTYPE_1TO3
 from foldworks.evaluate.scoring import METRIC_COLUMNS, read_metrics, score_file, write_metrics
-from foldworks.predict.memory import ChainTooLarge, check_memory, estimate_inference_bytes
+from foldworks.predict.memory import BYTES, PAIR_COPIES, ChainTooLarge, check_memory, estimate_inference_bytes
 from foldworks.predict.run import write_prediction
 from foldworks.predict.writer import expected_pae, pae_json_text, write_atom37_mmcif, write_ca_mmcif
 from foldworks.report.summary import summarise
@@ -154,12 +154,17 @@ def test_pae_json_has_the_alphafold_db_layout(tmp_path: Path) -> None:
 
 
 def test_memory_guard_names_the_chain_and_the_memory() -> None:
-    class Pair(torch.nn.Module):
-        c_z, c_m, n_heads_pair = 128, 256, 4
+    class Pair(torch.nn.Module):  # sizes as the evoformer family keeps them (``cfg``)
+        def __init__(self, **overrides: int) -> None:
+            super().__init__()
+            self.cfg = {"c_z": 128, "c_m": 256, "n_heads_tri": 4, "n_heads_msa": 8, "max_msa_clusters": 128,
+                        "chunk_size": None, **overrides}
 
     small = estimate_inference_bytes(Pair(), 100, 128)
     large = estimate_inference_bytes(Pair(), 2000, 128)
     assert large / small > (2000 / 100) ** 2  # grows at least with L² (L³ with triangle attention)
+    chunked = estimate_inference_bytes(Pair(chunk_size=64), 2000, 128)
+    assert large / 4 > chunked > BYTES * PAIR_COPIES * 128 * 2000 ** 2  # chunking bounds the L³ logits
     assert estimate_inference_bytes(torch.nn.Linear(2, 2), 5000, 128) == 0  # no pair representation
     assert check_memory(Pair(), "1abc_A", 100, 128, 8.0) < 8.0
     with pytest.raises(ChainTooLarge, match=r"2big_C: .*2000 residues.*needs an estimated [\d.]+ GiB"):

@@ -25,16 +25,13 @@ class ChainTooLarge(RuntimeError):
     """Predicting a chain whole would exceed the memory limit; the message names the chain."""
 
 
-def _attribute(model: nn.Module, names: tuple[str, ...]) -> int:
-    """The first positive int attribute of ``model`` (or its ``config`` dict) among ``names``; 0 if none."""
-    config = getattr(model, "config", None)
-    for name in names:
+def _sizes(model: nn.Module) -> dict:
+    """The model's size settings: its resolved ``cfg``/``config`` dict, else its int attributes."""
+    for name in ("cfg", "config"):
         value = getattr(model, name, None)
-        if value is None and isinstance(config, dict):
-            value = config.get(name)
-        if isinstance(value, int) and value > 0:
+        if isinstance(value, dict):
             return value
-    return 0
+    return {k: v for k, v in vars(model).items() if isinstance(v, int)}
 
 
 def estimate_inference_bytes(model: nn.Module, length: int, msa_rows: int) -> int:
@@ -42,22 +39,27 @@ def estimate_inference_bytes(model: nn.Module, length: int, msa_rows: int) -> in
     ``msa_rows`` MSA rows (fp32, no gradients); weights not included.
 
     A model may define ``inference_memory_bytes(length, msa_rows)`` itself; otherwise the estimate
-    is built from its ``c_z`` (pair channels), ``c_m`` (MSA channels) and the triangle-attention
-    heads (``n_heads_pair``/``tri_heads``; without chunking one block holds ``heads × L³`` logits)
-    found as attributes. A family without a pair representation gets 0 (nothing to check).
+    is built from its size settings (``cfg``/``config`` dict or attributes): ``c_z`` (pair
+    channels), ``c_m`` (MSA channels), ``max_msa_clusters`` (rows the trunk sees),
+    ``n_heads_tri`` / ``n_heads_msa`` (attention logits of one block: ``heads × rows × L²``, with
+    ``chunk_size`` ``heads × chunk × L²``). A family without ``c_z`` gets 0 (nothing to check).
     """
     custom = getattr(model, "inference_memory_bytes", None)
     if callable(custom):
         return int(custom(length, msa_rows))
-    c_z = _attribute(model, ("c_z",))
-    if c_z == 0:
+    sizes = _sizes(model)
+    c_z = int(sizes.get("c_z") or 0)
+    if c_z <= 0:
         return 0
-    c_m = _attribute(model, ("c_m",))
-    heads = _attribute(model, ("n_heads_pair", "tri_heads", "n_heads_tri"))
+    rows = min(msa_rows, int(sizes.get("max_msa_clusters") or msa_rows))
+    chunk = int(sizes.get("chunk_size") or 0)
+    def sliced(n: int) -> int:
+        return min(n, chunk) if chunk > 0 else n
     pair = PAIR_COPIES * c_z * length * length
-    msa = MSA_COPIES * c_m * msa_rows * length + msa_rows * length * length  # + row-attention logits / head
-    triangle = heads * length ** 3
-    return BYTES * (pair + msa + triangle)
+    msa = MSA_COPIES * int(sizes.get("c_m") or 0) * rows * length
+    logits = (int(sizes.get("n_heads_tri") or 0) * sliced(length) * length * length
+              + int(sizes.get("n_heads_msa") or 0) * sliced(rows) * length * length)
+    return BYTES * (pair + msa + logits)
 
 
 def check_memory(model: nn.Module, target: str, length: int, msa_rows: int, max_memory_gb: float) -> float:
