@@ -10,6 +10,12 @@ Not run on the 2-core development VM (no GPU); ``--device cpu --crops 32 --steps
 - model step: forward + loss + backward + AdamW under ``torch.autocast(bfloat16)`` on synthetic
   batches (random sequence/MSA, a random-walk Cα trace with 3.8 Å steps), ms per step after
   warm-up, chains/s and residues/s, peak GPU memory;
+- the ``evoformer`` family also gets model FLOPs per step (``bench/evoformer_flops.py``: matmul
+  FLOPs of the input embedder, Evoformer, structure module and heads counted analytically; 3x a
+  forward for forward + backward plus one forward per no-grad recycling iteration, counted from
+  the iterations each timed step actually ran) and MFU = model FLOP/s / the GPU's dense bf16 peak
+  (H200/H100 989 TFLOP/s); ``--openfold-crops`` adds the ``openfold_initial`` preset (48 blocks,
+  batch ``--openfold-batch``, activation checkpointing) at OpenFold's crop sizes;
 - with ``--trainer-steps N`` and the demo feature cache (``data/``): the whole trainer
   (``foldworks.train.run.fit``: loader workers, EMA, non-finite guard, validation, checkpoints)
   for N steps with ``accelerator=gpu, precision=bf16-mixed``, wall seconds per step.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import tempfile
 import time
@@ -29,6 +36,7 @@ from typing import Any
 import torch
 import yaml
 
+from evoformer_flops import bf16_peak, forward_flops, sizes_from_config
 from foldworks.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +56,15 @@ def synthetic_batch(batch: int, length: int, rows: int, device: str) -> dict[str
         "residue_index": torch.arange(length).expand(batch, length).clone(),
         "ca_coords": steps.cumsum(1),
     }
+    # atom37 reference: N, CA, C, O, CB at fixed non-collinear offsets from the Cα (Å); enough for
+    # the all-atom losses to run (timing only, not a physical structure)
+    offsets = {0: (-0.5, 1.4, 0.0), 1: (0.0, 0.0, 0.0), 2: (1.5, 0.0, 0.0), 4: (2.1, -1.0, 0.0), 3: (-0.5, -0.8, 1.2)}
+    positions = torch.zeros(batch, length, 37, 3)
+    atom_mask = torch.zeros(batch, length, 37, dtype=torch.bool)
+    for slot, offset in offsets.items():
+        positions[:, :, slot] = out["ca_coords"] + torch.tensor(offset)
+        atom_mask[:, :, slot] = True
+    out.update(all_atom_positions=positions, all_atom_mask=atom_mask)
     return {k: v.to(device) for k, v in out.items()}
 
 
@@ -59,6 +76,11 @@ def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.T
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
 
+    b, length = batch["aatype"].shape
+    rows = batch["msa"].shape[1]
+    cfg = getattr(model, "cfg", None) if name == "evoformer" else None
+    flops = [0.0]
+
     def step() -> None:
         with autocast:
             outputs = model(batch)
@@ -67,21 +89,32 @@ def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.T
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if cfg is not None:  # no-grad recycling iterations: 1 forward each; the last: 3 (fwd + bwd)
+            sizes = sizes_from_config(cfg)
+            flops[0] += b * forward_flops(sizes, length, min(rows, sizes.max_msa_clusters)) * (
+                model.last_n_recycles + 3)
 
     for _ in range(3):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    flops[0] = 0.0
     start = time.perf_counter()
     for _ in range(steps):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / steps
-    b, length = batch["aatype"].shape
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else float("nan")
-    return {"ms": 1000 * seconds, "chains_s": b / seconds, "residues_s": b * length / seconds, "peak_gib": peak}
+    result = {"ms": 1000 * seconds, "chains_s": b / seconds, "residues_s": b * length / seconds, "peak_gib": peak,
+              "tflop_step": math.nan, "mfu": math.nan}
+    if cfg is not None:
+        result["tflop_step"] = flops[0] / steps / 1e12
+        peak_flops = bf16_peak(torch.cuda.get_device_name(0)) if device == "cuda" else None
+        if peak_flops:
+            result["mfu"] = flops[0] / steps / seconds / peak_flops
+    return result
 
 
 def time_trainer(experiments: dict[str, Any], steps: int, threads: int, device: str) -> dict[str, float]:
@@ -109,6 +142,10 @@ def main() -> None:
     parser.add_argument("--trainer-steps", type=int, default=40, help="0 skips the whole-trainer timing")
     parser.add_argument("--threads", type=int, default=8, help="trainer job threads (loader workers = threads - 1)")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--families", nargs="*", help="experiments of config.yaml to time (default: all)")
+    parser.add_argument("--openfold-crops", type=int, nargs="*", default=[128, 256],
+                        help="crops for the openfold_initial preset rows (none: skip them)")
+    parser.add_argument("--openfold-batch", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench/gpu_train.md")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -121,18 +158,28 @@ def main() -> None:
              f"Device {gpu}, torch {torch.__version__}, batch {args.batch}, {args.rows} MSA rows, "
              f"{args.steps} timed steps after 3 warm-up steps, "
              f"{'bf16 autocast' if args.device == 'cuda' else 'fp32 (CPU smoke test)'}.", "",
-             "| family | crop | ms per step | chains/s | residues/s | peak GiB |", "|---|---:|---:|---:|---:|---:|"]
-    for name, params in experiments.items():
-        for crop in args.crops:
-            batch = synthetic_batch(args.batch, crop, args.rows, args.device)
-            r = time_model(params["model"], params.get("model_config") or {}, batch, args.steps, args.device)
-            lines.append(f"| {name} | {crop} | {r['ms']:.1f} | {r['chains_s']:.1f} | {r['residues_s']:.0f} "
-                         f"| {r['peak_gib']:.2f} |")
+             "| family | crop | batch | ms per step | chains/s | residues/s | peak GiB | model TFLOP/step | MFU |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cases = [(name, params["model"], params.get("model_config") or {}, crop, args.batch)
+             for name, params in experiments.items() if not args.families or name in args.families
+             for crop in args.crops]
+    cases += [("evoformer openfold_initial", "evoformer",
+               {"preset": "openfold_initial", "activation_checkpointing": True}, crop, args.openfold_batch)
+              for crop in args.openfold_crops]
+    for name, family, model_config, crop, batch_size in cases:
+        batch = synthetic_batch(batch_size, crop, args.rows, args.device)
+        r = time_model(family, model_config, batch, args.steps, args.device)
+        tflop = "" if math.isnan(r["tflop_step"]) else f"{r['tflop_step']:.3f}"
+        mfu = "" if math.isnan(r["mfu"]) else f"{100 * r['mfu']:.1f} %"
+        lines.append(f"| {name} | {crop} | {batch_size} | {r['ms']:.1f} | {r['chains_s']:.1f} | {r['residues_s']:.0f} "
+                     f"| {r['peak_gib']:.2f} | {tflop} | {mfu} |")
+        print(lines[-1], flush=True)
     if args.trainer_steps > 0:
         lines += ["", f"Whole trainer on the demo cache, {args.trainer_steps} steps, "
                       f"{'bf16-mixed' if args.device == 'cuda' else 'fp32'}, "
                       f"{args.threads} threads:", "", "| experiment | s per step |", "|---|---:|"]
-        for name, seconds in time_trainer(experiments, args.trainer_steps, args.threads, args.device).items():
+        chosen = {k: v for k, v in experiments.items() if not args.families or k in args.families}
+        for name, seconds in time_trainer(chosen, args.trainer_steps, args.threads, args.device).items():
             lines.append(f"| {name} | {seconds:.3f} |")
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
