@@ -184,3 +184,64 @@ def test_summary_reports_mean_all_atom_lddt() -> None:
     assert summary.loc["allatom", "rmsd_heavy_mean"] == pytest.approx(3.5)
     assert summary[["lddt_all_atom_mean", "rmsd_heavy_mean"]].loc[["ca_only", "baseline"]].isna().all().all()
     assert summary.loc["ca_only", "lddt_ca_mean"] == pytest.approx(0.6)
+
+
+@pytest.fixture(scope="module")
+def evoformer_checkpoint(features: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny evoformer (with PAE head) trained 2 steps through the real trainer CLI."""
+    from foldworks.train.__main__ import main as train_main
+
+    out = tmp_path_factory.mktemp("evo") / "ckpt"
+    params = {"model": "evoformer",
+              "model_config": {"preset": "cpu_small", "n_blocks": 1, "c_m": 8, "c_z": 8, "c_s": 16,
+                               "n_struct_layers": 2, "use_pae_head": True},
+              "data": {"crop_size": 24, "batch_size": 2, "max_msa_rows": 4},
+              "trainer": {"max_steps": 2, "val_every_n_steps": 2, "warmup_steps": 1}}
+    assert train_main(["--experiment", "evo", "--params", json.dumps(params), "--chains",
+                       str(features.parent / "chains.parquet"), "--features-dir", str(features),
+                       "--out-dir", str(out), "--threads", "1"]) == 0
+    return out / "best.ckpt"
+
+
+def test_all_atom_family_predicts_and_evaluates_end_to_end(features: Path, evoformer_checkpoint: Path,
+                                                           tmp_path: Path) -> None:
+    import csv
+
+    from foldworks.evaluate.__main__ import main as evaluate_main
+    from foldworks.predict.__main__ import main as predict_main
+
+    chains = features.parent / "chains.parquet"
+    out = tmp_path / "pred"
+    assert predict_main(["--checkpoint", str(evoformer_checkpoint), "--chains", str(chains), "--features-dir",
+                         str(features), "--out-dir", str(out), "--splits", "test", "--train-subset", "1",
+                         "--max-memory-gb", "4"]) == 0
+    index = list(csv.DictReader(open(out / "index.tsv"), delimiter="\t"))
+    assert [r["split"] for r in index] == ["test", "train"]
+    for row in index:
+        cif = out / ("train" if row["split"] == "train" else "") / f"{row['target']}.cif"
+        structure = gemmi.read_structure(str(cif))
+        residues = list(structure[0]["A"])
+        assert len(residues) == int(row["length"]) and int(row["n_atoms"]) == sum(len(r) for r in residues)
+        assert all({"N", "CA", "C", "O"} <= {a.name for a in r} for r in residues)
+        assert sum(len(r) > 5 for r in residues) > len(residues) // 2  # side chains built
+        pae = json.loads(cif.with_name(f"{row['target']}_pae.json").read_text())[0]
+        assert np.array(pae["predicted_aligned_error"]).shape == (len(residues),) * 2
+        assert float(row["mean_pae"]) <= pae["max_predicted_aligned_error"]
+    metrics = tmp_path / "m.tsv"
+    assert evaluate_main(["--predictions", str(out), "--features-dir", str(features), "--out", str(metrics),
+                          "--chains", str(chains)]) == 0
+    table = read_metrics(metrics)
+    assert list(table["target"]) == [index[0]["target"]]
+    assert 0.0 <= table["lddt_all_atom"].iloc[0] <= 1.0 and table["rmsd_heavy"].iloc[0] > 0.0
+    assert not list(out.rglob(".*"))  # no temp files left behind
+
+
+def test_predict_refuses_a_chain_over_the_memory_limit(features: Path, evoformer_checkpoint: Path,
+                                                      tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from foldworks.predict.__main__ import main as predict_main
+
+    args = ["--checkpoint", str(evoformer_checkpoint), "--chains", str(features.parent / "chains.parquet"),
+            "--features-dir", str(features), "--out-dir", str(tmp_path / "pred"), "--splits", "test"]
+    assert predict_main(args + ["--max-memory-gb", "0.00001"]) == 1
+    assert "2igd_A: predicting the whole chain (61 residues" in caplog.text and "GiB" in caplog.text
+    assert not (tmp_path / "pred").exists() or not list((tmp_path / "pred").glob("*.cif"))
