@@ -24,14 +24,19 @@ def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos
     Averaged per chain over its valid pairs, then over the batch. Invariant to a global rigid
     motion of either structure; not invariant to reflection (the frames are right-handed).
     """
-    local_pred = rigid.invert_apply((pred_frames[0][:, :, None], pred_frames[1][:, :, None]), pred_pos[:, None])
-    local_true = rigid.invert_apply((true_frames[0][:, :, None], true_frames[1][:, :, None]), true_pos[:, None])
+    local_pred, local_true = _all_to_local(pred_frames, pred_pos), _all_to_local(true_frames, true_pos)
     err = torch.sqrt(((local_pred - local_true) ** 2).sum(-1) + eps)  # [B, F, A]
     if clamp is not None:
         err = err.clamp(max=clamp)
     w = frames_mask.float()[:, :, None] * pos_mask.float()[:, None, :]
     per_chain = (err * w).sum((1, 2)) / length_scale / (w.sum((1, 2)) + eps)
     return per_chain.mean()
+
+
+def _all_to_local(frames: Frames, pos: Tensor) -> Tensor:
+    """Every position ``[B, A, 3]`` in every frame ``[B, F]`` → ``[B, F, A, 3]`` (``Rᵀ(x − t)``, as batched matmuls)."""
+    rot, trans = frames
+    return torch.einsum("bfji,baj->bfai", rot, pos) - torch.einsum("bfji,bfj->bfi", rot, trans)[:, :, None]
 
 
 def rename_symmetric(pred14: Tensor, true14: Tensor, alt14: Tensor, mask14: Tensor, ambiguous: Tensor) -> Tensor:
@@ -41,13 +46,16 @@ def rename_symmetric(pred14: Tensor, true14: Tensor, alt14: Tensor, mask14: Tens
     (``[B, L·14]`` pairs; Å) for the reference and its renamed alternative. Returns bool ``[B, L]``.
     """
     b, n = pred14.shape[:2]
-    flat = lambda x: x.reshape(b, n * 14, 3)  # noqa: E731
-    d_pred = torch.cdist(flat(pred14), flat(pred14))
-    d_true, d_alt = torch.cdist(flat(true14), flat(true14)), torch.cdist(flat(alt14), flat(alt14))
+    amb_slots = slice(6, 10)  # every ambiguous atom sits in atom14 slots 6..9 (residue_constants)
+    flat = lambda x: x.reshape(b, -1, 3)  # noqa: E731
+    rows = lambda x: flat(x[:, :, amb_slots])  # noqa: E731
+    d_pred = torch.cdist(rows(pred14), flat(pred14))  # [B, L·4, L·14]
+    d_true, d_alt = torch.cdist(rows(true14), flat(true14)), torch.cdist(rows(alt14), flat(alt14))
     amb, m = ambiguous.reshape(b, n * 14), mask14.reshape(b, n * 14)
-    pairs = (amb & m)[:, :, None] & (~amb & m)[:, None, :]
-    err_true = ((d_pred - d_true).abs() * pairs).sum(-1).view(b, n, 14).sum(-1)
-    err_alt = ((d_pred - d_alt).abs() * pairs).sum(-1).view(b, n, 14).sum(-1)
+    amb_rows = (ambiguous & mask14)[:, :, amb_slots].reshape(b, n * 4)
+    pairs = amb_rows[:, :, None] & (~amb & m)[:, None, :]
+    err_true = ((d_pred - d_true).abs() * pairs).sum(-1).view(b, n, 4).sum(-1)
+    err_alt = ((d_pred - d_alt).abs() * pairs).sum(-1).view(b, n, 4).sum(-1)
     return err_alt < err_true
 
 
@@ -127,9 +135,8 @@ def pae_loss(logits: Tensor, out: dict[str, Tensor], ref: dict[str, Tensor]) -> 
     """Supp. 1.9.7: CE of the aligned error ``|T_i⁻¹ x_j − T_i^true⁻¹ x_j^true|`` (Cα, final frames,
     stop-gradient) in 64 bins of 0.5 Å, over pairs of residues with reference backbone frames."""
     rot, trans = out["sm_frames_rot"][:, -1].detach().float(), out["sm_frames_trans"][:, -1].detach().float()
-    local_pred = rigid.invert_apply((rot[:, :, None], trans[:, :, None]), trans[:, None])
-    t_rot, t_trans = ref["bb_frames"]
-    local_true = rigid.invert_apply((t_rot[:, :, None], t_trans[:, :, None]), t_trans[:, None])
+    local_pred = _all_to_local((rot, trans), trans)
+    local_true = _all_to_local(ref["bb_frames"], ref["bb_frames"][1])
     err = torch.sqrt(((local_pred - local_true) ** 2).sum(-1) + 1e-8)
     n, first, last = PAE_BINS
     target = ((err - first) / ((last - first) / (n - 2))).long().clamp(0, n - 1)
