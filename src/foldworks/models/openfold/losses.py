@@ -33,6 +33,10 @@ def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos
     return per_chain.mean()
 
 
+#: Groups that can have a reference frame (pre-omega and phi never do, residue_constants.GROUP_EXISTS).
+_FRAME_GROUPS = [0, 3, 4, 5, 6, 7]
+
+
 def _all_to_local(frames: Frames, pos: Tensor) -> Tensor:
     """Every position ``[B, A, 3]`` in every frame ``[B, F]`` → ``[B, F, A, 3]`` (``Rᵀ(x − t)``, as batched matmuls)."""
     rot, trans = frames
@@ -70,9 +74,12 @@ def sidechain_fape(out: dict[str, Tensor], batch: dict[str, Tensor], ref: dict[s
     mask14 = torch.where(use_alt[..., None], ref["alt_mask14"], ref["mask14"])
     rot = torch.where(use_alt[..., None, None, None], ref["alt_group_rot"], ref["group_rot"])
     b, n = aatype.shape
-    pred_frames = (out["group_rot"].float().reshape(b, n * 8, 3, 3), out["group_trans"].float().reshape(b, n * 8, 3))
-    true_frames = (rot.reshape(b, n * 8, 3, 3), ref["group_trans"].reshape(b, n * 8, 3))
-    return fape(pred_frames, true_frames, ref["group_mask"].reshape(b, n * 8), pred14.reshape(b, n * 14, 3),
+    g = _FRAME_GROUPS
+    nf = n * len(g)
+    pred_frames = (out["group_rot"][:, :, g].float().reshape(b, nf, 3, 3),
+                   out["group_trans"][:, :, g].float().reshape(b, nf, 3))
+    true_frames = (rot[:, :, g].reshape(b, nf, 3, 3), ref["group_trans"][:, :, g].reshape(b, nf, 3))
+    return fape(pred_frames, true_frames, ref["group_mask"][:, :, g].reshape(b, nf), pred14.reshape(b, n * 14, 3),
                 true14.reshape(b, n * 14, 3), mask14.reshape(b, n * 14))
 
 
