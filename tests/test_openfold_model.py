@@ -4,6 +4,7 @@ optimisation, checkpoints, bad input (backbone-only chains, X residues), bf16 au
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,8 @@ from foldworks.models import MODEL_REGISTRY, build_model
 from foldworks.models.common import distance_bins, lddt_ca
 from foldworks.models.openfold import all_atom, losses
 from foldworks.models.openfold.heads import DISTOGRAM_BINS
+from foldworks.train.__main__ import main as train_main
+from foldworks.train.checkpoint import model_from_checkpoint
 from foldworks.train.data import ChainDataset, collate, select_targets
 
 ENTRIES = ("1crn", "5pti", "1ubq")
@@ -33,11 +36,16 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def batch(pdb_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+def cache(pdb_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("of_model")
     build_feature_cache(pdb_mirror, out, ENTRIES)
-    table = pd.read_parquet(out / "chains.parquet")
-    targets = select_targets(table, ["train", "val", "test"], out / "features")
+    return out
+
+
+@pytest.fixture(scope="module")
+def batch(cache: Path) -> dict[str, torch.Tensor]:
+    table = pd.read_parquet(cache / "chains.parquet")
+    targets = select_targets(table, ["train", "val", "test"], cache / "features")
     dataset = ChainDataset(targets, crop_size=24, max_msa_rows=4, seed=0, train=True)
     return collate([dataset[(0, i)] for i in range(3)])
 
@@ -176,3 +184,22 @@ def test_bf16_autocast_forward_gives_fp32_finite_losses(batch) -> None:
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert all(v == v for v in logs.values())
     loss.backward()
+
+
+def test_trains_through_the_shared_trainer_and_reloads(cache: Path, tmp_path: Path) -> None:
+    """Real Lightning trainer (EMA, fp32 on CPU): 3 steps, then the EMA checkpoint predicts finite atoms."""
+    params = {"model": "evoformer", "model_config": {**TINY, "max_recycles": 1},
+              "data": {"crop_size": 24, "batch_size": 2, "max_msa_rows": 4},
+              "trainer": {"max_steps": 3, "val_every_n_steps": 3, "warmup_steps": 1}}
+    code = train_main(["--experiment", "of_tiny", "--params", json.dumps(params), "--chains",
+                       str(cache / "chains.parquet"), "--features-dir", str(cache / "features"),
+                       "--out-dir", str(tmp_path), "--threads", "1"])
+    assert code == 0
+    model, config = model_from_checkpoint(tmp_path / "best.ckpt")
+    assert type(model).__name__ == "EvoformerModel" and config["model_config"]["c_m"] == 16
+    table = pd.read_parquet(cache / "chains.parquet")
+    targets = select_targets(table, ["train", "val", "test"], cache / "features")
+    whole = collate([ChainDataset(targets, None, 4, 0, train=False)[(0, 0)]])
+    with torch.no_grad():
+        out = model.eval()(whole)
+    assert torch.isfinite(out["atom37_coords"]).all() and out["atom37_coords"].shape[1] == whole["aatype"].shape[1]
