@@ -1,6 +1,58 @@
-"""OpenFold-class ``evoformer`` family (AF2 supplement, Jumper et al. 2021; OpenFold, Ahdritz et al. 2024).
+"""OpenFold-class ``evoformer`` family, written in the project from the AF2 supplement (Jumper et al.
+2021, "Supplementary information", algorithm numbers below) and the OpenFold paper (Ahdritz et al. 2024).
 
-Written in the project from the papers; algorithm numbers refer to the AF2 supplement.
+Modules (each ≤ ~300 lines):
+
+* :mod:`.residue_constants` — ideal residue geometry (Engh & Huber values as tabulated for AF2,
+  supp. 1.8 Table 2): rigid groups, atom14 layout, chi atoms, π-periodic chis, symmetric renaming.
+* :mod:`.rigid` — frames, quaternions (Alg 23), ``rigidFrom3Points`` (Alg 21), ``makeRotX`` (Alg 24).
+* :mod:`.embedders` — InputEmbedder (Alg 3) with relpos ±32 (Alg 4); RecyclingEmbedder (Alg 32).
+* :mod:`.evoformer` — row attention with pair bias (Alg 7), column attention (Alg 8), transitions
+  (Alg 9, 15), outer-product mean (Alg 10), triangle multiplication out/in (Alg 11, 12), triangle
+  attention start/end (Alg 13, 14), block (Alg 6) and stack; gated attention via
+  ``F.scaled_dot_product_attention`` with an additive float bias; options: activation
+  checkpointing per block (``torch.utils.checkpoint``, non-reentrant) and ``chunk_size``
+  (attention / triangle / outer-product ops sliced along rows; identical results, tested).
+* :mod:`.structure` — IPA (Alg 22), quaternion backbone update (Alg 23), structure module with
+  one shared layer applied ``n_struct_layers`` times, identity ("black hole") initial frames,
+  rotation stop-gradient between layers, torsion ResNet (Alg 20 l. 11–14); fp32 always.
+* :mod:`.all_atom` — torsions → group frames → atom14 (Alg 24), atom14 ↔ atom37, and from the
+  reference atoms: backbone frames (Alg 21), group frames with π-flipped alternatives, torsion
+  angles and masks (supp. 1.9.1), renamed atom14 alternative (Alg 26 input), pseudo-Cβ.
+* :mod:`.heads` — distogram (64 bins 2.3125–21.6875 Å, 1.9.8), masked MSA (23 classes, 1.9.9),
+  pLDDT (50 bins of lDDT-Cα, Alg 29), optional PAE (64 bins of 0.5 Å, 1.9.7).
+* :mod:`.losses` — FAPE (Alg 28; clamp 10 Å, Z = 10 Å): backbone FAPE averaged over the structure
+  layers and all-atom (side-chain) FAPE of the final layer after symmetric renaming (Alg 26);
+  torsion + angle-norm loss with π-periodic alternatives (Alg 27); distogram, masked-MSA, pLDDT and
+  PAE cross-entropies. Total = supp. 1.9 eq. 7 (initial training): 0.5 L_FAPE + 0.5 L_aux +
+  0.3 L_dist + 2.0 L_msa + 0.01 L_conf, L_aux = bb FAPE + L_torsion + 0.02 L_anglenorm
+  (+ ``w_pae`` = 0.1 × L_pae with the PAE head, the weight AF2 used for its pTM fine-tuning).
+  Every term in fp32 with autocast disabled.
+* :mod:`.model` — the family (``@register_model("evoformer")``, ``task = "structure"``): presets
+  ``cpu_small`` and ``openfold_initial``, recycling (Alg 2, Alg 32), BERT masking (1.2.7).
+
+Simplified vs AF2/OpenFold, and why:
+
+* **No MSA clustering and no extra-MSA stack** (Alg 18/19): the first ``max_msa_clusters`` rows are
+  the Evoformer's MSA, the full MSA enters only via the profile/deletion-mean target features
+  (``common.target_features``, 45 channels instead of AF2's 22-channel target_feat + 49-channel
+  cluster msa_feat). The demo's feature cache has shallow MSAs, and clustering belongs in the
+  data pipeline. ``openfold_initial`` therefore has 90.1 M parameters vs ~93 M in OpenFold
+  (no extra-MSA stack, no templates).
+* **No templates**, no violation / experimentally-resolved losses (fine-tuning terms of eq. 7),
+  no clamped/unclamped FAPE mixing (AF2 uses unclamped FAPE for 10 % of batches): backbone FAPE
+  is always clamped.
+* **Recycle count**: uniform 0..``max_recycles`` from torch's RNG per forward in training (AF2
+  samples it per batch, shared across devices); eval uses ``max_recycles``.
+* **Recycled distances** use the pseudo-Cβ of the previous cycle's atoms (Alg 32 as in the AF2
+  code; Cα for Gly and X).
+* **Unknown residues (X)**: backbone atoms only (N, CA, C, O with ALA backbone geometry), no chis,
+  so their side chains are absent from every loss.
+* Initialisation: AF2's "final" zero init on residual outputs, gating init to 1, identity
+  backbone update; other layers use PyTorch defaults (not AF2's LeCun-normal).
+
+Sizes (parameters, measured with :func:`count_parameters`): ``openfold_initial`` 90,084,149
+(+8,256 with the PAE head); ``cpu_small`` 293,469.
 """
 
 from foldworks.models.openfold.model import PRESETS, EvoformerModel, count_parameters

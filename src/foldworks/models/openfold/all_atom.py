@@ -25,11 +25,17 @@ _N, _CA, _C, _O, _CB = (ATOM_ORDER[a] for a in ("N", "CA", "C", "O", "CB"))
 _GLY, _UNK = rc.RESNAMES.index("GLY"), rc.RESNAMES.index("UNK")
 
 
+_TABLE_CACHE: dict[tuple[str, torch.device, torch.dtype], Tensor] = {}
+
+
 def _table(name: str, like: Tensor) -> Tensor:
-    """A residue-constant table as a tensor on ``like``'s device (floats in ``like``'s dtype)."""
-    array = getattr(rc, name)
-    t = torch.as_tensor(array, device=like.device)
-    return t.to(like.dtype) if t.is_floating_point() else t
+    """A residue-constant table as a tensor on ``like``'s device (floats in ``like``'s dtype), cached
+    so a GPU forward does not copy the tables from the host every call."""
+    key = (name, like.device, like.dtype)
+    if key not in _TABLE_CACHE:
+        t = torch.as_tensor(getattr(rc, name), device=like.device)
+        _TABLE_CACHE[key] = t.to(like.dtype) if t.is_floating_point() else t
+    return _TABLE_CACHE[key]
 
 
 def torsion_angles_to_frames(backbone: Frames, angles: Tensor, aatype: Tensor) -> Frames:

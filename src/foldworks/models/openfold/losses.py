@@ -24,14 +24,23 @@ def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos
     Averaged per chain over its valid pairs, then over the batch. Invariant to a global rigid
     motion of either structure; not invariant to reflection (the frames are right-handed).
     """
-    local_pred = rigid.invert_apply((pred_frames[0][:, :, None], pred_frames[1][:, :, None]), pred_pos[:, None])
-    local_true = rigid.invert_apply((true_frames[0][:, :, None], true_frames[1][:, :, None]), true_pos[:, None])
+    local_pred, local_true = _all_to_local(pred_frames, pred_pos), _all_to_local(true_frames, true_pos)
     err = torch.sqrt(((local_pred - local_true) ** 2).sum(-1) + eps)  # [B, F, A]
     if clamp is not None:
         err = err.clamp(max=clamp)
     w = frames_mask.float()[:, :, None] * pos_mask.float()[:, None, :]
     per_chain = (err * w).sum((1, 2)) / length_scale / (w.sum((1, 2)) + eps)
     return per_chain.mean()
+
+
+#: Groups that can have a reference frame (pre-omega and phi never do, residue_constants.GROUP_EXISTS).
+_FRAME_GROUPS = [0, 3, 4, 5, 6, 7]
+
+
+def _all_to_local(frames: Frames, pos: Tensor) -> Tensor:
+    """Every position ``[B, A, 3]`` in every frame ``[B, F]`` → ``[B, F, A, 3]`` (``Rᵀ(x − t)``, as batched matmuls)."""
+    rot, trans = frames
+    return torch.einsum("bfji,baj->bfai", rot, pos) - torch.einsum("bfji,bfj->bfi", rot, trans)[:, :, None]
 
 
 def rename_symmetric(pred14: Tensor, true14: Tensor, alt14: Tensor, mask14: Tensor, ambiguous: Tensor) -> Tensor:
@@ -41,13 +50,16 @@ def rename_symmetric(pred14: Tensor, true14: Tensor, alt14: Tensor, mask14: Tens
     (``[B, L·14]`` pairs; Å) for the reference and its renamed alternative. Returns bool ``[B, L]``.
     """
     b, n = pred14.shape[:2]
-    flat = lambda x: x.reshape(b, n * 14, 3)  # noqa: E731
-    d_pred = torch.cdist(flat(pred14), flat(pred14))
-    d_true, d_alt = torch.cdist(flat(true14), flat(true14)), torch.cdist(flat(alt14), flat(alt14))
+    amb_slots = slice(6, 10)  # every ambiguous atom sits in atom14 slots 6..9 (residue_constants)
+    flat = lambda x: x.reshape(b, -1, 3)  # noqa: E731
+    rows = lambda x: flat(x[:, :, amb_slots])  # noqa: E731
+    d_pred = torch.cdist(rows(pred14), flat(pred14))  # [B, L·4, L·14]
+    d_true, d_alt = torch.cdist(rows(true14), flat(true14)), torch.cdist(rows(alt14), flat(alt14))
     amb, m = ambiguous.reshape(b, n * 14), mask14.reshape(b, n * 14)
-    pairs = (amb & m)[:, :, None] & (~amb & m)[:, None, :]
-    err_true = ((d_pred - d_true).abs() * pairs).sum(-1).view(b, n, 14).sum(-1)
-    err_alt = ((d_pred - d_alt).abs() * pairs).sum(-1).view(b, n, 14).sum(-1)
+    amb_rows = (ambiguous & mask14)[:, :, amb_slots].reshape(b, n * 4)
+    pairs = amb_rows[:, :, None] & (~amb & m)[:, None, :]
+    err_true = ((d_pred - d_true).abs() * pairs).sum(-1).view(b, n, 4).sum(-1)
+    err_alt = ((d_pred - d_alt).abs() * pairs).sum(-1).view(b, n, 4).sum(-1)
     return err_alt < err_true
 
 
@@ -62,9 +74,12 @@ def sidechain_fape(out: dict[str, Tensor], batch: dict[str, Tensor], ref: dict[s
     mask14 = torch.where(use_alt[..., None], ref["alt_mask14"], ref["mask14"])
     rot = torch.where(use_alt[..., None, None, None], ref["alt_group_rot"], ref["group_rot"])
     b, n = aatype.shape
-    pred_frames = (out["group_rot"].float().reshape(b, n * 8, 3, 3), out["group_trans"].float().reshape(b, n * 8, 3))
-    true_frames = (rot.reshape(b, n * 8, 3, 3), ref["group_trans"].reshape(b, n * 8, 3))
-    return fape(pred_frames, true_frames, ref["group_mask"].reshape(b, n * 8), pred14.reshape(b, n * 14, 3),
+    g = _FRAME_GROUPS
+    nf = n * len(g)
+    pred_frames = (out["group_rot"][:, :, g].float().reshape(b, nf, 3, 3),
+                   out["group_trans"][:, :, g].float().reshape(b, nf, 3))
+    true_frames = (rot[:, :, g].reshape(b, nf, 3, 3), ref["group_trans"][:, :, g].reshape(b, nf, 3))
+    return fape(pred_frames, true_frames, ref["group_mask"][:, :, g].reshape(b, nf), pred14.reshape(b, n * 14, 3),
                 true14.reshape(b, n * 14, 3), mask14.reshape(b, n * 14))
 
 
@@ -127,9 +142,8 @@ def pae_loss(logits: Tensor, out: dict[str, Tensor], ref: dict[str, Tensor]) -> 
     """Supp. 1.9.7: CE of the aligned error ``|T_i⁻¹ x_j − T_i^true⁻¹ x_j^true|`` (Cα, final frames,
     stop-gradient) in 64 bins of 0.5 Å, over pairs of residues with reference backbone frames."""
     rot, trans = out["sm_frames_rot"][:, -1].detach().float(), out["sm_frames_trans"][:, -1].detach().float()
-    local_pred = rigid.invert_apply((rot[:, :, None], trans[:, :, None]), trans[:, None])
-    t_rot, t_trans = ref["bb_frames"]
-    local_true = rigid.invert_apply((t_rot[:, :, None], t_trans[:, :, None]), t_trans[:, None])
+    local_pred = _all_to_local((rot, trans), trans)
+    local_true = _all_to_local(ref["bb_frames"], ref["bb_frames"][1])
     err = torch.sqrt(((local_pred - local_true) ** 2).sum(-1) + 1e-8)
     n, first, last = PAE_BINS
     target = ((err - first) / ((last - first) / (n - 2))).long().clamp(0, n - 1)

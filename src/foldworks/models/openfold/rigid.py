@@ -43,12 +43,12 @@ def invert(f: Frames) -> Frames:
 
 def apply(f: Frames, x: Tensor) -> Tensor:
     """``R x + t`` for points ``x [..., 3]`` broadcast against the frames."""
-    return (f[0] @ x[..., None])[..., 0] + f[1]
+    return (f[0] * x[..., None, :]).sum(-1) + f[1]
 
 
 def invert_apply(f: Frames, x: Tensor) -> Tensor:
     """``Rᵀ (x − t)``: global points into the local frame."""
-    return (f[0].transpose(-1, -2) @ (x - f[1])[..., None])[..., 0]
+    return (f[0] * (x - f[1])[..., :, None]).sum(-2)
 
 
 def rigid_from_3_points(x1: Tensor, x2: Tensor, x3: Tensor, eps: float = 1e-8) -> Frames:

@@ -44,14 +44,17 @@ class InvariantPointAttention(nn.Module):
     def forward(self, s: Tensor, z: Tensor, frames: Frames, mask: Tensor) -> Tensor:
         b, n = s.shape[:2]
         q, k, v = (lin(s).view(b, n, self.h, self.c) for lin in (self.q, self.k, self.v))
-        frames_b = (frames[0][:, :, None, None], frames[1][:, :, None, None])  # broadcast over heads, points
-        q_pts = rigid.apply(frames_b, self.q_pts(s).view(b, n, self.h, self.pq, 3))
-        kv_pts = rigid.apply(frames_b, self.kv_pts(s).view(b, n, self.h, self.pq + self.pv, 3))
+        rot, trans = frames[0], frames[1][:, :, None, None]
+        to_global = lambda p: torch.einsum("blij,blhpj->blhpi", rot, p) + trans  # noqa: E731
+        q_pts = to_global(self.q_pts(s).view(b, n, self.h, self.pq, 3))
+        kv_pts = to_global(self.kv_pts(s).view(b, n, self.h, self.pq + self.pv, 3))
         k_pts, v_pts = kv_pts.split([self.pq, self.pv], dim=-2)
         w_l, w_c = math.sqrt(1.0 / 3.0), math.sqrt(2.0 / (9.0 * self.pq))
         logits = torch.einsum("bihc,bjhc->bhij", q, k) / math.sqrt(self.c)
         logits = logits + self.pair_bias(z).permute(0, 3, 1, 2)
-        dist2 = ((q_pts[:, :, None] - k_pts[:, None]) ** 2).sum((-1, -2))  # [B, i, j, H]
+        qf, kf = q_pts.flatten(-2), k_pts.flatten(-2)  # [B, L, H, P·3]
+        dist2 = ((qf ** 2).sum(-1)[:, :, None] + (kf ** 2).sum(-1)[:, None]
+                 - 2.0 * torch.einsum("bihc,bjhc->bijh", qf, kf))  # Σ_p |q_ip − k_jp|², [B, i, j, H]
         gamma = F.softplus(self.head_weights)
         logits = logits - (gamma * w_c / 2.0 * dist2).permute(0, 3, 1, 2)
         logits = w_l * logits + ((mask.float() - 1.0) * 1e9)[:, None, None, :]
@@ -59,7 +62,7 @@ class InvariantPointAttention(nn.Module):
         o = torch.einsum("bhij,bjhc->bihc", attn, v)
         o_pair = torch.einsum("bhij,bijc->bihc", attn, z)
         o_pts = torch.einsum("bhij,bjhpx->bihpx", attn, v_pts)
-        o_pts = rigid.invert_apply(frames_b, o_pts)  # back to each residue's local frame
+        o_pts = torch.einsum("blji,blhpj->blhpi", rot, o_pts - trans)  # back to each residue's local frame
         norms = torch.sqrt((o_pts ** 2).sum(-1) + 1e-8)
         feats = [o.flatten(2), o_pair.flatten(2), o_pts.flatten(2), norms.flatten(2)]
         return self.out(torch.cat(feats, -1))
