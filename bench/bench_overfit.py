@@ -112,14 +112,16 @@ def main() -> None:
         if step % args.eval_every == 0:
             row = evaluate(model, feats, args.rows, args.target, work)
             elapsed = time.perf_counter() - start
-            history.append({"step": step, "seconds": elapsed, "loss": float(loss), **row})
+            history.append({"step": step, "seconds": elapsed, "loss": float(loss.detach()), **row})
             print(f"step {step} {elapsed:.0f}s loss {float(loss):.3f} lddt_ca {row['lddt_ca']:.3f} "
                   f"lddt_all_atom {row['lddt_all_atom']:.3f} rmsd_ca {row['rmsd_ca']:.2f}", flush=True)
             if row["lddt_ca"] >= 0.95 and row["lddt_all_atom"] >= 0.9:
                 break
-    final = evaluate(model, feats, args.rows, args.target, work)
     elapsed = time.perf_counter() - start
-    best = max(history, key=lambda r: r["lddt_ca"]) if history else final
+    final = evaluate(model, feats, args.rows, args.target, work)
+    if not history or history[-1]["step"] != step:
+        history.append({"step": step, "seconds": elapsed, "loss": float(loss), **final})
+    best = max(history, key=lambda r: r["lddt_ca"])
     msa_rows = int(min(args.rows, feats["msa"].shape[0]))
     lines = ["# Overfitting one chain (bench/bench_overfit.py)", "",
              f"Chain {args.target} ({reference.length} residues, {reference.ca.shape[0] and int(reference.resolved.sum())} "
@@ -132,7 +134,7 @@ def main() -> None:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
              f"| evoformer, final | {step} | {elapsed:.0f} | **{final['lddt_ca']:.3f}** | **{final['lddt_all_atom']:.3f}** "
              f"| {final['rmsd_ca']:.2f} | {final['rmsd_heavy']:.2f} | {final['tm_score']:.3f} | {final['gdt_ts']:.3f} |",
-             f"| evoformer, best eval (step {best['step'] if history else step}) | | | {best['lddt_ca']:.3f} "
+             f"| evoformer, best eval (step {best['step']}) | | | {best['lddt_ca']:.3f} "
              f"| {best['lddt_all_atom']:.3f} | {best['rmsd_ca']:.2f} | {best['rmsd_heavy']:.2f} | {best['tm_score']:.3f} "
              f"| {best['gdt_ts']:.3f} |",
              f"| idealised helix baseline | | | {baseline['lddt_ca']:.3f} | | {baseline['rmsd_ca']:.2f} | | "
