@@ -97,10 +97,26 @@ def test_aux_losses_prefer_the_right_answer(batch) -> None:
     assert float(losses.plddt_loss(good, ca, batch, 50)) < 0.01 < float(losses.plddt_loss(bad, ca, batch, 50))
 
 
+def _with_msa_rows(batch: dict[str, torch.Tensor], rows: int = 6) -> dict[str, torch.Tensor]:
+    """The query-only batch with ``rows`` synthetic MSA rows (query with 30 % random substitutions and gaps)."""
+    g = torch.Generator().manual_seed(0)
+    query = batch["msa"][:, :1].long()
+    msa = query.repeat(1, rows, 1)
+    noise = torch.randint(0, 22, msa.shape, generator=g)
+    msa = torch.where(torch.rand(msa.shape, generator=g) < 0.3, noise, msa)
+    msa[:, 0] = query[:, 0]
+    out = dict(batch, msa=msa, msa_mask=torch.ones(msa.shape[:2], dtype=torch.bool),
+               deletion_matrix=torch.randint(0, 3, msa.shape, generator=g).float())
+    out["msa_mask"][0, -2:] = False  # padded rows
+    return out
+
+
 def test_checkpointing_and_chunking_match_plain(batch) -> None:
+    batch = _with_msa_rows(batch)
     plain = _model(max_recycles=1)
     state = plain.state_dict()
-    variants = [_model(max_recycles=1, activation_checkpointing=True), _model(max_recycles=1, chunk_size=5)]
+    variants = [_model(max_recycles=1, activation_checkpointing=True), _model(max_recycles=1, chunk_size=5),
+                _model(max_recycles=1, chunk_size=2, activation_checkpointing=True)]
     results = []
     for model in [plain, *variants]:
         model.load_state_dict(state)
