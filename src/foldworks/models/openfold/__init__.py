@@ -39,9 +39,9 @@ Simplified vs AF2/OpenFold, and why:
   cluster msa_feat). The demo's feature cache has shallow MSAs, and clustering belongs in the
   data pipeline. ``openfold_initial`` therefore has 90.1 M parameters vs ~93 M in OpenFold
   (no extra-MSA stack, no templates).
-* **No templates**, no violation / experimentally-resolved losses (fine-tuning terms of eq. 7),
-  no clamped/unclamped FAPE mixing (AF2 uses unclamped FAPE for 10 % of batches): backbone FAPE
-  is always clamped.
+* **No templates**, no violation / experimentally-resolved losses (fine-tuning terms of eq. 7).
+  Backbone FAPE is unclamped in ``unclamped_fape_fraction`` (10 %) of training batches as AF2
+  (1.11.5), drawn per batch from torch's RNG; side-chain FAPE is always clamped.
 * **Recycle count**: uniform 0..``max_recycles`` from torch's RNG per forward in training (AF2
   samples it per batch, shared across devices); eval uses ``max_recycles``.
 * **Recycled distances** use the pseudo-Cβ of the previous cycle's atoms (Alg 32 as in the AF2

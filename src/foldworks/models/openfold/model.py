@@ -44,6 +44,7 @@ _BASE: dict[str, Any] = {
     "n_heads_tri": 4, "msa_dropout": 0.15, "pair_dropout": 0.25, "c_ipa": 16, "n_heads_ipa": 12,
     "n_qk_points": 4, "n_v_points": 8, "c_resnet": 128, "sm_dropout": 0.1, "c_plddt": 128,
     "max_recycles": 3, "max_msa_clusters": 128, "bert_fraction": 0.15, "use_pae_head": False,
+    "unclamped_fape_fraction": 0.1,
     "activation_checkpointing": False, "chunk_size": None,
     # Loss weights, supp. 1.9 eq. 7 (initial training): 0.5 L_FAPE + 0.5 L_aux + 0.3 L_dist + 2 L_msa
     # + 0.01 L_conf; L_aux = backbone FAPE (layer mean) + L_torsion + 0.02 L_anglenorm (Alg 27).
@@ -202,7 +203,9 @@ class EvoformerModel(nn.Module):
         with torch.autocast(device_type=batch["aatype"].device.type, enabled=False):
             ref = losses.reference_geometry(batch)
             sc_fape = losses.sidechain_fape(outputs, batch, ref)
-            bb_fape = losses.backbone_fape(outputs, ref)
+            # AF2 1.11.5: backbone FAPE unclamped in a fraction (10 %) of training batches
+            unclamped = self.training and float(torch.rand(())) < cfg["unclamped_fape_fraction"]
+            bb_fape = losses.backbone_fape(outputs, ref, None if unclamped else 10.0)
             torsion, angle_norm = losses.torsion_loss(outputs, ref)
             aux = bb_fape + torsion + cfg["w_anglenorm"] * angle_norm
             disto = losses.distogram_loss(outputs["disto_logits"], batch)
