@@ -228,3 +228,22 @@ def test_memory_estimate_scales_and_chunking_lowers_it() -> None:
     assert 7 < full / model.estimate_inference_bytes(200) <= 8.01  # cubic in length
     model.chunk_size = 32
     assert model.estimate_inference_bytes(400) < full / 5
+
+
+def test_padding_does_not_change_the_valid_residues(batch) -> None:
+    """A chain padded to a longer batch predicts the same atoms as alone (every op masks padding)."""
+    model = _model(max_recycles=1).eval()
+    keep = 17
+    alone = {k: v[:1, :keep] if v.dim() >= 2 and k not in ("msa", "deletion_matrix", "msa_mask") else v[:1]
+             for k, v in batch.items()}
+    alone["msa"], alone["deletion_matrix"] = batch["msa"][:1, :, :keep], batch["deletion_matrix"][:1, :, :keep]
+    padded = {k: v.clone() for k, v in batch.items()}
+    for key in ("mask", "residue_mask", "all_atom_mask"):
+        padded[key][0, keep:] = False
+    padded["aatype"][0, keep:] = 0
+    with torch.no_grad():
+        a, b = model(alone), model(padded)
+        loss = model.loss(padded, b)[0]
+    assert torch.allclose(a["atom37_coords"][0], b["atom37_coords"][0, :keep], atol=1e-4)
+    assert torch.allclose(a["plddt"][0], b["plddt"][0, :keep], atol=1e-5)
+    assert torch.isfinite(loss)
