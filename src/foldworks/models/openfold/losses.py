@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from foldworks.models.common import distance_bins, lddt_ca
-from foldworks.models.openfold import all_atom, rigid
+from foldworks.models.openfold import all_atom
 from foldworks.models.openfold.heads import DISTOGRAM_BINS, PAE_BINS
 from foldworks.models.openfold.rigid import Frames
 
