@@ -38,13 +38,14 @@ def estimate_inference_bytes(model: nn.Module, length: int, msa_rows: int) -> in
     """Estimated peak activation bytes of predicting a chain of ``length`` residues with
     ``msa_rows`` MSA rows (fp32, no gradients); weights not included.
 
-    A model may define ``inference_memory_bytes(length, msa_rows)`` itself; otherwise the estimate
+    A model may define ``estimate_inference_bytes(length, msa_rows)`` itself (the ``evoformer``
+    family does, calibrated against measured peak RSS); otherwise the estimate
     is built from its size settings (``cfg``/``config`` dict or attributes): ``c_z`` (pair
     channels), ``c_m`` (MSA channels), ``max_msa_clusters`` (rows the trunk sees),
     ``n_heads_tri`` / ``n_heads_msa`` (attention logits of one block: ``heads × rows × L²``, with
     ``chunk_size`` ``heads × chunk × L²``). A family without ``c_z`` gets 0 (nothing to check).
     """
-    custom = getattr(model, "inference_memory_bytes", None)
+    custom = getattr(model, "estimate_inference_bytes", None)
     if callable(custom):
         return int(custom(length, msa_rows))
     sizes = _sizes(model)
