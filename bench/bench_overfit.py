@@ -125,7 +125,7 @@ def main() -> None:
     msa_rows = int(min(args.rows, feats["msa"].shape[0]))
     lines = ["# Overfitting one chain (bench/bench_overfit.py)", "",
              f"Chain {args.target} ({reference.length} residues, {reference.ca.shape[0] and int(reference.resolved.sum())} "
-             f"resolved, {msa_rows} MSA rows from {'the demo cache' if args.features_dir and (args.features_dir / (args.target + '.npz')).exists() else 'the mirror, query only'}); "
+             f"resolved, {msa_rows} MSA rows from {args.features_dir if args.features_dir and (args.features_dir / (args.target + '.npz')).exists() else 'the mirror, query only'}); "
              f"evoformer preset `{args.preset}` + `{args.model_config}` ({n_params:,} parameters); AdamW lr {args.lr} "
              f"(20-step warm-up), grad clip 0.1, whole chain, batch 1, one torch thread, {platform.machine()}, "
              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores. Model + optimiser built directly "
