@@ -85,8 +85,7 @@ def run_case(args: argparse.Namespace) -> dict:
     config = {"preset": args.preset, "activation_checkpointing": bool(args.checkpointing)}
     config.update(json.loads(args.model_config))
     model = build_model("evoformer", config).train()
-    if hasattr(model, "fixed_cycles"):
-        model.fixed_cycles = args.cycles
+    model.cfg["max_recycles"] = args.cycles - 1  # training draws 0..max_recycles: 0..0 = fixed
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> float:
@@ -107,7 +106,8 @@ def run_case(args: argparse.Namespace) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"target": target, "crop": args.crop, "checkpointing": bool(args.checkpointing),
             "s_per_step": float(np.median(times)), "s_min": float(np.min(times)),
-            "peak_mib": peak - before, "params": sum(p.numel() for p in model.parameters())}
+            "peak_mib": peak - before, "params": sum(p.numel() for p in model.parameters()),
+            "msa_rows": int(batch["msa"].shape[1])}
 
 
 def main() -> None:
@@ -144,7 +144,7 @@ def main() -> None:
     lines = ["# evoformer training step on CPU (bench/bench_openfold_step.py)", "",
              f"Preset `{args.preset}` (model_config overrides `{args.model_config}`), "
              f"{results[0]['params']:,} parameters; chain {results[0]['target']}, batch {args.batch}, "
-             f"{args.rows} MSA rows, {args.cycles} recycling iteration(s) per step; forward + loss + backward "
+             f"{min(args.rows, int(results[0].get('msa_rows', args.rows)))} MSA row(s), {args.cycles} recycling iteration(s) per step; forward + loss + backward "
              f"+ AdamW, median of {args.steps} steps after one warm-up; one torch thread, "
              f"{platform.machine()}, Python {platform.python_version()}, load average {load:.1f} on "
              f"{os.cpu_count()} cores. Peak memory: peak RSS (`ru_maxrss`) minus RSS before the first step, "
