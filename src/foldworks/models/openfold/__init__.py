@@ -57,7 +57,11 @@ layers, 16 MSA rows, ≤ 1 recycle). Measured on the shared 2-core dev machine (
 so wall times are 3–5× the process CPU times): one ``cpu_small`` AdamW step at crop 64 × batch 8,
 one thread, no recycle: 1.8 s CPU (0.75 forward, 0.16 loss, 0.9 backward + step); a recycle adds
 a no-grad forward (~0.4 s). Whole-chain inference at 400 residues (2 cycles): peak RSS 2.2 GB
-unchunked, 0.69 GB with ``chunk_size=32`` — set ``model.chunk_size`` for long chains.
+unchunked, 0.69 GB with ``chunk_size=32`` — set ``model.chunk_size`` for long chains
+(:meth:`EvoformerModel.estimate_inference_bytes` gives the estimate for a refusal message).
+Overfit check (1crn, 46 residues, ``cpu_small``, ``max_recycles=0``, AdamW 1e-3, clip 1, batch 1,
+one thread): step 400 lDDT-Cα 0.86 / all-atom lDDT 0.80; step 700 0.944 / 0.893 (518 s wall on
+the loaded machine); step 800 0.941 / 0.911, mean pLDDT 0.96.
 """
 
 from foldworks.models.openfold.model import PRESETS, EvoformerModel, count_parameters

@@ -71,7 +71,7 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def forward(self, m: Tensor, z: Tensor, msa_mask: Tensor, chunk_size: int | None = None) -> Tensor:
         pair = self.pair_bias(self.norm_z(z)).permute(0, 3, 1, 2)[:, None]  # [B, 1, H, L, L]
-        fn = lambda x, mb: self.attn(x, mb + pair)  # noqa: E731  (bias built per chunk)
+        fn = lambda x, mb: self.attn(x, mb.to(pair.dtype) + pair)  # noqa: E731  (bias built per chunk)
         return _chunked(fn, [self.norm_m(m), _mask_bias(msa_mask)], [1, 1], chunk_size, 1)
 
 
@@ -167,7 +167,7 @@ class TriangleAttention(nn.Module):
             z, pair_mask = z.transpose(1, 2), pair_mask.transpose(1, 2)
         x = self.norm(z)
         tri = self.bias(x).permute(0, 3, 1, 2)[:, None]  # [B, 1, H, L, L]
-        fn = lambda a, mb: self.attn(a, mb + tri)  # noqa: E731  (bias [B, chunk, H, L, L] per chunk)
+        fn = lambda a, mb: self.attn(a, mb.to(tri.dtype) + tri)  # noqa: E731  (bias [B, chunk, H, L, L] per chunk)
         out = _chunked(fn, [x, _mask_bias(pair_mask)], [1, 1], chunk_size, 1)
         return out.transpose(1, 2) if not self.starting else out
 
