@@ -1,5 +1,14 @@
 # Stage 7: predicted structures (mmCIF, pLDDT in B-factor) for every test chain, plus a
 # deterministic subset of training chains to show what the model fits. GPU step.
+# A design family (mpnn) writes sampled sequences instead ({target}.fasta, predict.design settings).
+
+
+def design_params(wildcards) -> str:
+    """`predict.design` merged with the experiment's own `predict` settings (design families; `{}` otherwise)."""
+    if EXPERIMENT_TASKS[wildcards.experiment] != "design":
+        return "{}"
+    merged = {**config["predict"].get("design", {}), **config["experiments"][wildcards.experiment].get("predict", {})}
+    return json.dumps(merged, sort_keys=True)
 
 
 rule predict:
@@ -13,6 +22,7 @@ rule predict:
         splits=",".join(config["predict"]["splits"]),
         train_subset=config["predict"]["train_subset"],
         code=code_hash("predict", "models", "train"),
+        design=design_params,
     threads: 2
     resources:
         gpu=1,
@@ -23,4 +33,4 @@ rule predict:
     shell:
         "python -m foldworks.predict --checkpoint {input.checkpoint} --chains {input.table}"
         " --features-dir data/features --out-dir {output} --splits {params.splits}"
-        " --train-subset {params.train_subset} --threads {threads} 2> {log}"
+        " --train-subset {params.train_subset} --threads {threads} --design {params.design:q} 2> {log}"

@@ -15,19 +15,35 @@
 # environment wires up the ranks (README "Multi-GPU and multi-node training on Slurm"); the
 # launch line comes from foldworks.train.launch.train_launch().
 
+from foldworks.train.experiments import init_parent
 from foldworks.train.launch import train_launch
+
+
+def init_checkpoint(wildcards) -> list[str]:
+    """The parent checkpoint of an `init_from` experiment (a train input: a new parent retrains the child)."""
+    parent = init_parent(config["experiments"], wildcards.experiment)
+    return [parent] if parent else []
+
+
+def train_params(wildcards) -> str:
+    """The experiment's config for `foldworks.train` (minus the predict-only `predict` settings)."""
+    spec = {k: v for k, v in config["experiments"][wildcards.experiment].items() if k != "predict"}
+    return json.dumps(spec, sort_keys=True)
+
 
 rule train:
     input:
         table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "val"]),
+        init=init_checkpoint,
     output:
         best="results/checkpoints/{experiment}/best.ckpt",
         last="results/checkpoints/{experiment}/last.ckpt",
         metrics="results/checkpoints/{experiment}/metrics.csv",
         config="results/checkpoints/{experiment}/config.json",
     params:
-        cfg=lambda wildcards: json.dumps(config["experiments"][wildcards.experiment], sort_keys=True),
+        cfg=train_params,
+        init=lambda wildcards, input: f" --init-from {input.init[0]}" if input.init else "",
         out_dir=lambda wildcards: f"results/checkpoints/{wildcards.experiment}",
         code=code_hash("train", "models"),
         launch=lambda wildcards, threads, resources: train_launch(threads, resources)[0],
@@ -43,4 +59,4 @@ rule train:
     shell:
         "{params.launch}python -m foldworks.train --experiment {wildcards.experiment} --params {params.cfg:q}"
         " --chains {input.table} --features-dir data/features --out-dir {params.out_dir}"
-        " --threads {threads} --devices {params.devices} --num-nodes {resources.nodes} 2> {log}"
+        " --threads {threads} --devices {params.devices} --num-nodes {resources.nodes}{params.init} 2> {log}"
