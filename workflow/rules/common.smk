@@ -40,7 +40,7 @@ ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"]["entries"])
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
 # Task of each experiment's family (structure / design); mismatched settings, unknown tasks and
 # bad init_from chains fail here, at config load, naming the experiment (imports torch).
-from foldworks.train.experiments import experiment_tasks
+from foldworks.train.experiments import design_params, experiment_tasks
 
 EXPERIMENT_TASKS = experiment_tasks(config["experiments"])
 STRUCTURE_EXPERIMENTS = [name for name in EXPERIMENTS if EXPERIMENT_TASKS[name] == "structure"]

@@ -3,14 +3,6 @@
 # A design family (mpnn) writes sampled sequences instead ({target}.fasta, predict.design settings).
 
 
-def design_params(wildcards) -> str:
-    """`predict.design` merged with the experiment's own `predict` settings (design families; `{}` otherwise)."""
-    if EXPERIMENT_TASKS[wildcards.experiment] != "design":
-        return "{}"
-    merged = {**config["predict"].get("design", {}), **config["experiments"][wildcards.experiment].get("predict", {})}
-    return json.dumps(merged, sort_keys=True)
-
-
 rule predict:
     input:
         checkpoint="results/checkpoints/{experiment}/best.ckpt",
@@ -22,7 +14,7 @@ rule predict:
         splits=",".join(config["predict"]["splits"]),
         train_subset=config["predict"]["train_subset"],
         code=code_hash("predict", "models", "train"),
-        design=design_params,
+        design=lambda wildcards: design_params(config, EXPERIMENT_TASKS, wildcards.experiment),
     threads: 2
     resources:
         gpu=1,

@@ -15,34 +15,22 @@
 # environment wires up the ranks (README "Multi-GPU and multi-node training on Slurm"); the
 # launch line comes from foldworks.train.launch.train_launch().
 
-from foldworks.train.experiments import init_parent
+from foldworks.train.experiments import init_inputs, train_params
 from foldworks.train.launch import train_launch
-
-
-def init_checkpoint(wildcards) -> list[str]:
-    """The parent checkpoint of an `init_from` experiment (a train input: a new parent retrains the child)."""
-    parent = init_parent(config["experiments"], wildcards.experiment)
-    return [parent] if parent else []
-
-
-def train_params(wildcards) -> str:
-    """The experiment's config for `foldworks.train` (minus the predict-only `predict` settings)."""
-    spec = {k: v for k, v in config["experiments"][wildcards.experiment].items() if k != "predict"}
-    return json.dumps(spec, sort_keys=True)
 
 
 rule train:
     input:
         table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "val"]),
-        init=init_checkpoint,
+        init=lambda wildcards: init_inputs(config["experiments"], wildcards.experiment),
     output:
         best="results/checkpoints/{experiment}/best.ckpt",
         last="results/checkpoints/{experiment}/last.ckpt",
         metrics="results/checkpoints/{experiment}/metrics.csv",
         config="results/checkpoints/{experiment}/config.json",
     params:
-        cfg=train_params,
+        cfg=lambda wildcards: train_params(config["experiments"], wildcards.experiment),
         init=lambda wildcards, input: f" --init-from {input.init[0]}" if input.init else "",
         out_dir=lambda wildcards: f"results/checkpoints/{wildcards.experiment}",
         code=code_hash("train", "models"),

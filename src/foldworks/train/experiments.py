@@ -9,6 +9,7 @@ settings on a structure family), and ``init_from`` that names neither an experim
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,22 @@ def init_parent(experiments: dict[str, dict[str, Any]], name: str) -> str | None
         return None
     first = str(first)
     return f"results/checkpoints/{first}/best.ckpt" if first in experiments else str(Path(first))
+
+
+def init_inputs(experiments: dict[str, dict[str, Any]], name: str) -> list[str]:
+    """Train-rule input: ``[parent checkpoint]`` of an ``init_from`` experiment, else ``[]``."""
+    parent = init_parent(experiments, name)
+    return [parent] if parent else []
+
+
+def train_params(experiments: dict[str, dict[str, Any]], name: str) -> str:
+    """The experiment's config as canonical JSON for ``foldworks.train`` (minus the predict-only ``predict``)."""
+    return json.dumps({k: v for k, v in experiments[name].items() if k != "predict"}, sort_keys=True)
+
+
+def design_params(config: dict[str, Any], tasks: dict[str, str], name: str) -> str:
+    """``predict.design`` merged with the experiment's ``predict`` (design families; ``{}`` for structure)."""
+    if tasks[name] != "design":
+        return "{}"
+    return json.dumps({**config["predict"].get("design", {}), **config["experiments"][name].get("predict", {})},
+                      sort_keys=True)
