@@ -92,44 +92,44 @@ def edge_distances(coords: Tensor, e_idx: Tensor) -> Tensor:
     return rbf(dist).flatten(3)
 
 
-class _MLP(nn.Sequential):
-    def __init__(self, d_in: int, hidden: int, depth: int = 3) -> None:
-        layers: list[nn.Module] = [nn.Linear(d_in, hidden)]
-        for _ in range(depth - 1):
-            layers += [nn.GELU(), nn.Linear(hidden, hidden)]
-        super().__init__(*layers)
-
-
 class MessageLayer(nn.Module):
-    """One message-passing layer: ``h_i ← LN(h_i + Σ_j MLP([h_i, e_ij]) / scale)``, then a feed-forward block.
+    """One message-passing layer (supplement "encoder/decoder layer"), all widths ``H``.
 
-    ``edge_input [B, L, K, d_edge]`` already holds the neighbour part (``[e_ij, h_j]`` in the encoder,
-    ``[e_ij, s_j, h_j]`` in the decoder); with ``update_edges`` the edges get their own update
-    ``e_ij ← LN(e_ij + MLP([h_i, e_ij, h_j]))`` (encoder layers, supplement).
+    Message ``m_ij = MLP([h_i, e_ij, n_j])`` (3 linear layers, GELU); the first linear layer of the
+    concatenation is applied as a sum of per-part maps (``w_self h_i + w_edge e_ij + w_nb n_j``,
+    same function, fewer edge-level products), the neighbour part ``n_j`` being the caller's
+    (:meth:`neighbour_input`). Update ``h_i ← LN(h_i + Σ_j m_ij / scale)``, then
+    ``h_i ← LN(h_i + FFN(h_i))``. Encoder layers also update edges,
+    ``e_ij ← LN(e_ij + MLP([h_i, e_ij, h_j]))``; decoder layers have a sequence map ``w_seq``.
     """
 
-    def __init__(self, hidden: int, d_edge: int, dropout: float, scale: float, update_edges: bool) -> None:
+    def __init__(self, hidden: int, dropout: float, scale: float, update_edges: bool, with_sequence: bool) -> None:
         super().__init__()
         self.scale = scale
-        self.message = _MLP(hidden + d_edge, hidden)
+        self.w_self, self.w_edge = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden, bias=False)
+        self.w_nb = nn.Linear(hidden, hidden, bias=False)
+        self.w_seq = nn.Linear(hidden, hidden, bias=False) if with_sequence else None
+        self.message = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.ffn = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
         self.dropout = nn.Dropout(dropout)
-        self.edge_mlp = _MLP(2 * hidden + hidden, hidden) if update_edges else None
-        self.edge_norm = nn.LayerNorm(hidden) if update_edges else None
+        if update_edges:
+            self.e_self, self.e_edge = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden, bias=False)
+            self.e_nb = nn.Linear(hidden, hidden, bias=False)
+            self.e_mlp = nn.Sequential(nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden))
+            self.e_norm = nn.LayerNorm(hidden)
 
-    def forward(self, h: Tensor, edge_input: Tensor, edge_mask: Tensor, node_mask: Tensor) -> Tensor:
-        h_i = h[:, :, None].expand(-1, -1, edge_input.shape[2], -1)
-        msg = self.message(torch.cat([h_i, edge_input], -1)) * edge_mask[..., None].to(h.dtype)
+    def forward(self, h: Tensor, edge_pre: Tensor, edge_mask: Tensor, node_mask: Tensor) -> Tensor:
+        """``h [B, L, H]``, ``edge_pre = w_edge e_ij + w_nb n_j [B, L, K, H]`` → new ``h [B, L, H]``."""
+        msg = self.message(self.w_self(h)[:, :, None] + edge_pre) * edge_mask[..., None].to(h.dtype)
         h = self.norm1(h + self.dropout(msg.sum(2) / self.scale))
         h = self.norm2(h + self.dropout(self.ffn(h)))
         return h * node_mask[..., None].to(h.dtype)
 
     def update_edges(self, h: Tensor, e: Tensor, e_idx: Tensor) -> Tensor:
         """Encoder edge update ``[B, L, K, H]``."""
-        h_i = h[:, :, None].expand(-1, -1, e.shape[2], -1)
-        upd = self.edge_mlp(torch.cat([h_i, e, gather_nodes(h, e_idx)], -1))
-        return self.edge_norm(e + self.dropout(upd))
+        pre = self.e_self(h)[:, :, None] + self.e_edge(e) + gather_nodes(self.e_nb(h), e_idx)
+        return self.e_norm(e + self.dropout(self.e_mlp(pre)))
 
 
 @register_model("mpnn")
@@ -148,9 +148,9 @@ class MPNNModel(nn.Module):
         self.edge_in = nn.Linear(25 * N_RBF, hidden)
         self.edge_norm = nn.LayerNorm(hidden)
         scale = float(k_neighbors)
-        self.encoder = nn.ModuleList([MessageLayer(hidden, 2 * hidden, dropout, scale, True) for _ in range(n_encoder)])
+        self.encoder = nn.ModuleList([MessageLayer(hidden, dropout, scale, True, False) for _ in range(n_encoder)])
         self.seq_embed = nn.Embedding(N_TOKENS, hidden)
-        self.decoder = nn.ModuleList([MessageLayer(hidden, 3 * hidden, dropout, scale, False) for _ in range(n_decoder)])
+        self.decoder = nn.ModuleList([MessageLayer(hidden, dropout, scale, False, True) for _ in range(n_decoder)])
         self.out = nn.Linear(hidden, N_TOKENS)
 
     # ---- encoder ------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class MPNNModel(nn.Module):
         e = self.edge_norm(self.edge_in(edge_distances(coords, e_idx)) + self.relpos(cls))
         h = e.new_zeros(e.shape[0], e.shape[1], e.shape[-1])
         for layer in self.encoder:
-            h = layer(h, torch.cat([e, gather_nodes(h, e_idx)], -1), edge_mask, node_mask)
+            h = layer(h, layer.w_edge(e) + gather_nodes(layer.w_nb(h), e_idx), edge_mask, node_mask)
             e = layer.update_edges(h, e, e_idx)
         return {"h": h, "e": e, "e_idx": e_idx, "edge_mask": edge_mask, "node_mask": node_mask}
 
@@ -182,12 +182,12 @@ class MPNNModel(nn.Module):
         """
         e, e_idx, edge_mask, node_mask, h_enc = enc["e"], enc["e_idx"], enc["edge_mask"], enc["node_mask"], enc["h"]
         before = (gather_nodes(rank[..., None], e_idx)[..., 0] < rank[..., None])[..., None].to(e.dtype)
-        s_j = gather_nodes(self.seq_embed(tokens), e_idx)
-        context = torch.cat([e, torch.zeros_like(s_j), gather_nodes(h_enc, e_idx)], -1) * (1.0 - before)
+        seq = self.seq_embed(tokens)
         h = h_enc
         for layer in self.decoder:
-            visible = torch.cat([e, s_j, gather_nodes(h, e_idx)], -1) * before
-            h = layer(h, visible + context, edge_mask, node_mask)
+            visible = gather_nodes(layer.w_seq(seq) + layer.w_nb(h), e_idx)
+            context = gather_nodes(layer.w_nb(h_enc), e_idx)
+            h = layer(h, layer.w_edge(e) + before * visible + (1.0 - before) * context, edge_mask, node_mask)
         return self.out(h)
 
     def random_rank(self, node_mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -274,12 +274,12 @@ class MPNNModel(nn.Module):
             before = (gather_nodes(rank[..., None], idx)[..., 0] < rank[rows, pos][:, None, None])[..., None]
             before = before.to(e.dtype)
             e_pos, m_pos, n_pos = e[rows, pos][:, None], edge_mask[rows, pos][:, None], node_mask[rows, pos][:, None]
-            s_j = gather_nodes(s_all, idx)
-            context = torch.cat([e_pos, torch.zeros_like(s_j), gather_nodes(h_enc, idx)], -1) * (1.0 - before)
+            s_j, enc_j = gather_nodes(s_all, idx), gather_nodes(h_enc, idx)
             h = h_enc[rows, pos][:, None]
             for layer_index, layer in enumerate(self.decoder):
-                visible = torch.cat([e_pos, s_j, gather_nodes(states[layer_index], idx)], -1) * before
-                h = layer(h, visible + context, m_pos, n_pos)
+                visible = layer.w_seq(s_j) + layer.w_nb(gather_nodes(states[layer_index], idx))
+                pre = layer.w_edge(e_pos) + before * visible + (1.0 - before) * layer.w_nb(enc_j)
+                h = layer(h, pre, m_pos, n_pos)
                 states[layer_index + 1][rows, pos] = h[:, 0]
             row = self.out(h[:, 0]).float()[:, :UNK_INDEX]
             probs = torch.softmax(row / max(temperature, 1e-6), -1)
