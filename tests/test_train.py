@@ -121,6 +121,9 @@ def test_resume_from_mid_run_checkpoint_is_bitwise_identical(cache: Path, tmp_pa
         out = tmp_path / f"from{step}"
         (out / "resume").mkdir(parents=True)
         shutil.copy(tmp_path / "full" / "resume" / f"step_{step:06d}.ckpt", out / "resume")
+        for best in (tmp_path / "full" / "resume").glob("best_step_*.ckpt"):  # as an interrupted run left it
+            if int(best.stem.rsplit("_", 1)[1]) <= step:
+                shutil.copy(best, out / "resume")
         assert _train(cache, out, params) == 0
         a, b = (load_checkpoint(d / "last.ckpt") for d in (tmp_path / "full", out))
         assert _same_weights(a["state_dict"], b["state_dict"]) and _same_weights(a["ema_state_dict"], b["ema_state_dict"])
