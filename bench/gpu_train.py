@@ -1,5 +1,8 @@
 """GPU training throughput of each model family (bf16-mixed), for a machine with a CUDA GPU.
 
+Covers every experiment of ``config/config.yaml``, the design family (``mpnn``, ``mpnn_ft``) too:
+the synthetic batches carry a backbone (N, CA, C, O) for it.
+
     .venv/bin/python bench/gpu_train.py [--crops 64 128 256] [--batch 8] [--steps 30]
                                         [--trainer-steps 40] [--out bench/gpu_train.md]
 
@@ -48,6 +51,15 @@ def synthetic_batch(batch: int, length: int, rows: int, device: str) -> dict[str
         "residue_index": torch.arange(length).expand(batch, length).clone(),
         "ca_coords": steps.cumsum(1),
     }
+    # backbone for the design family (mpnn): N, C, O near each Cα (atom37 slots 0, 2, 4; Cβ unused)
+    atoms = torch.zeros(batch, length, 37, 3)
+    atoms[:, :, 1] = out["ca_coords"]
+    for slot in (0, 2, 4):
+        atoms[:, :, slot] = out["ca_coords"] + torch.nn.functional.normalize(
+            torch.randn(batch, length, 3, generator=g), dim=-1) * 1.5
+    out["all_atom_positions"] = atoms
+    out["all_atom_mask"] = torch.zeros(batch, length, 37, dtype=torch.bool)
+    out["all_atom_mask"][:, :, [0, 1, 2, 4]] = True
     return {k: v.to(device) for k, v in out.items()}
 
 
@@ -91,6 +103,8 @@ def time_trainer(experiments: dict[str, Any], steps: int, threads: int, device: 
     out = {}
     for name, params in experiments.items():
         params = json.loads(json.dumps(params))
+        params.pop("init_from", None)  # chained experiments: timed from their own initial weights
+        params.pop("predict", None)
         params.setdefault("trainer", {}).update({"max_steps": steps, "val_every_n_steps": steps})
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
