@@ -14,6 +14,7 @@ rule evaluate_design:
         test="results/metrics/{experiment}.tsv",
         train="results/metrics/train/{experiment}.tsv",
     params:
+        cfg=slice_json("evaluate"),
         code=code_hash("evaluate", "models"),
     conda:
         "../../envs/python.yaml"
@@ -22,7 +23,7 @@ rule evaluate_design:
     shell:
         "python -m foldworks.evaluate.design --predictions {input.predictions} --checkpoint {input.checkpoint}"
         " --chains {input.table} --features-dir data/features --out {output.test} --train-out {output.train}"
-        " 2> {log}"
+        " --params {params.cfg:q} 2> {log}"
 
 
 rule report_design:

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="test-split design metrics TSV")
     parser.add_argument("--train-out", type=Path, help="metrics TSV for predictions/NAME/train/*.fasta")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--params", default="{}", help="config slice `evaluate` as JSON (provenance only)")
     args = parser.parse_args(argv)
     setup_logging("evaluate")
     import torch
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                  args.features_dir, train))
             outputs.append(args.train_out)
         write_sidecars(outputs, provenance_record(
-            "evaluate", {"task": "design"}, ("evaluate",),
+            "evaluate", json.loads(args.params or "{}"), ("evaluate",),
             inputs=sorted(args.predictions.rglob("*.fasta")) + [args.checkpoint, args.chains]))
     except (DesignEvaluationError, ValueError, FileNotFoundError) as exc:
         log.error("%s", exc)
