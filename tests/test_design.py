@@ -75,7 +75,8 @@ def test_same_trainer_trains_a_structure_and_the_design_family(cache: Path, tmp_
 
     modules = []
     monkeypatch.setattr(train_run, "_make_trainer", spy)
-    monkeypatch.setattr(train_run, "StructureModule", lambda *a, **k: modules.append(StructureModule(*a, **k)) or modules[-1])
+    monkeypatch.setattr(train_run, "StructureModule",
+                        lambda *a, **k: modules.append(StructureModule(*a, **k)) or modules[-1])
     for name, params, column in (("structure", DISTOGRAM, "val_lddt_ca"), ("design", MPNN, "val_recovery")):
         assert _train(cache, tmp_path / name, params, name) == 0
         header = (tmp_path / name / "metrics.csv").read_text().splitlines()[0]

@@ -86,7 +86,7 @@ class StructureModule(L.LightningModule):
         self._val = torch.zeros(len(self.val_names) + 2, dtype=torch.float64)  # metric sums, loss sum, chains
 
     def initialise_from(self, checkpoint: Any, exclude: Any = ()) -> dict[str, Any]:
-        """Load another run's weights (``init_from``; see :mod:`foldworks.train.init_from`) and restart the EMA there."""
+        """Load another run's weights (``init_from``, :mod:`foldworks.train.init_from`); the EMA restarts there."""
         from foldworks.train.init_from import initialise_from
 
         report = initialise_from(self.model, checkpoint, exclude, self.experiment)

@@ -170,7 +170,8 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
     rhash = run_hash(config, features_hash if init_path is None else f"{features_hash}+{file_digest(init_path)}")
     provenance = _provenance(params, chains, resume_dir, data) if rank_zero_only.rank == 0 else {}
     module = StructureModule(config, features_hash, experiment, rhash, provenance)
-    init = {} if init_path is None else {"init_report": module.initialise_from(init_path, config.get("init_exclude", []))}
+    init = {} if init_path is None else {
+        "init_report": module.initialise_from(init_path, config.get("init_exclude", []))}
     resume_from, mismatched = find_resume_checkpoint(resume_dir, rhash)
     if rank_zero_only.rank == 0:
         write_json_atomic(out_dir / "config.json", {"experiment": experiment, **config,
