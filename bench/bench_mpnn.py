@@ -46,36 +46,38 @@ def throughput(params: dict, chains: Path, features: Path, steps: int) -> dict[s
     model = build_model(config["model"], config["model_config"]).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = list(b for _, b in zip(range(steps + 2), data.train_dataloader()))
-    elapsed, residues = 0.0, 0
+    elapsed, cpu, residues = 0.0, 0.0, 0
     for index, batch in enumerate(batches):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         loss, _ = model.loss(batch, model(batch))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         if index >= 2:
             elapsed += time.perf_counter() - start
+            cpu += time.process_time() - cpu_start
             residues += int(batch["mask"].sum())
-    return {"ms": 1000 * elapsed / steps, "residues_s": residues / elapsed,
+    return {"ms": 1000 * elapsed / steps, "cpu_ms": 1000 * cpu / steps, "residues_s": residues / elapsed,
+            "residues_cpu_s": residues / cpu,
             "residues_per_step": residues / steps}
 
 
 def budget_run(name: str, params: dict, chains: Path, features: Path, budget: float, step_s: float,
-               samples: int, work: Path) -> dict[str, float]:
-    """Trainer for ~``budget`` s, then design + evaluation of the test split."""
+               samples: int, work: Path, fixed_steps: int = 0) -> dict[str, float]:
+    """Trainer for ~``budget`` s (or ``fixed_steps``), then design + evaluation of the test split."""
     from foldworks.evaluate.design import evaluate_design
     from foldworks.evaluate.scoring import split_targets
     from foldworks.predict.design import design_settings, predict_design
     from foldworks.train.checkpoint import model_from_checkpoint
     from foldworks.train.run import fit
 
-    steps = max(2, int(budget / step_s) // 2 * 2)
+    steps = fixed_steps or max(2, int(budget / step_s) // 2 * 2)
     params = json.loads(json.dumps(params))
     params.pop("init_from", None)
     params["trainer"] = {**params.get("trainer", {}), "max_steps": steps, "val_every_n_steps": steps // 2}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fit(name, params, chains, features, work / "ckpt", 1, {"accelerator": "cpu"})
-    train_s = time.perf_counter() - start
+    train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
     model, _ = model_from_checkpoint(work / "ckpt" / "best.ckpt")
     start = time.perf_counter()
     predict_design(model, chains, features, work / "pred", ["test"], [],
@@ -84,7 +86,7 @@ def budget_run(name: str, params: dict, chains: Path, features: Path, budget: fl
     rows = pd.DataFrame(evaluate_design(work / "pred", work / "ckpt" / "best.ckpt", chains, features,
                                         split_targets(chains, ["test"])))
     log = pd.read_csv(work / "ckpt" / "metrics.csv")
-    return {"steps": steps, "train_s": train_s, "predict_s": predict_s, "targets": len(rows),
+    return {"steps": steps, "train_s": train_s, "train_cpu": train_cpu, "predict_s": predict_s, "targets": len(rows),
             "recovery": rows["recovery"].mean(), "recovery_best": rows["recovery_best"].mean(),
             "perplexity": rows["perplexity"].mean(), "mode": rows["baseline_mode_recovery"].mean(),
             "background": rows["baseline_background_recovery"].mean(),
@@ -98,16 +100,20 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=300.0)
     parser.add_argument("--probe-steps", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=0, help="fixed trainer steps instead of --budget-s")
+    parser.add_argument("--lr", type=float, default=0.0, help="override the experiment's trainer.lr")
     parser.add_argument("--out", type=Path, default=REPO / "bench/mpnn.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
     params = yaml.safe_load((REPO / "config/config.yaml").read_text())["experiments"][args.experiment]
+    if args.lr:
+        params.setdefault("trainer", {})["lr"] = args.lr
     chains, features = args.data / "chains.parquet", args.data / "features"
     table = pd.read_parquet(chains)
     tp = throughput(params, chains, features, args.probe_steps)
     with tempfile.TemporaryDirectory() as tmp:
         result = budget_run(args.experiment, params, chains, features, args.budget_s, tp["ms"] / 1000,
-                            args.samples, Path(tmp))
+                            args.samples, Path(tmp), args.steps)
     load = os.getloadavg()[0]
     lines = [
         "# Design family on CPU (bench/bench_mpnn.py)", "",
@@ -117,10 +123,11 @@ def main() -> None:
         f"{int((table['split'] == 'test').sum())} test chains); torch {torch.__version__}, 1 thread, "
         f"load average {load:.1f} at the end (2 shared cores).", "",
         "| measure | value |", "|---|---:|",
-        f"| model step (forward, loss, backward, AdamW), ms | {tp['ms']:.0f} |",
+        f"| model step (forward, loss, backward, AdamW), ms wall / CPU | {tp['ms']:.0f} / {tp['cpu_ms']:.0f} |",
         f"| residues per step (real, crop {params['data']['crop_size']}) | {tp['residues_per_step']:.0f} |",
-        f"| training throughput, residues/s | {tp['residues_s']:.0f} |",
-        f"| budget: trainer steps in {args.budget_s:.0f} s (measured wall) | {result['steps']} ({result['train_s']:.0f} s) |",
+        f"| training throughput, residues/s wall / per CPU-second | {tp['residues_s']:.0f} / {tp['residues_cpu_s']:.0f} |",
+        f"| trainer steps ({'fixed' if args.steps else f'budget {args.budget_s:.0f} s'}): wall / CPU s | "
+        f"{result['steps']}: {result['train_s']:.0f} / {result['train_cpu']:.0f} |",
         f"| validation recovery at steps 0 / {result['steps'] // 2} / {result['steps']} | "
         f"{' / '.join(f'{v:.3f}' for v in result['val_recovery'])} |",
         f"| design of {result['targets']} test chains ({args.samples} samples, T 0.1), s | {result['predict_s']:.0f} |",
