@@ -250,7 +250,7 @@ class MPNNModel(nn.Module):
         the decoded residues (a decoded residue's state depends only on residues decoded before
         it, so this equals :meth:`decode` on the final sequence). ``log_probs`` are the model's
         temperature-1 log-probabilities of the sampled residues; non-nodes keep the native
-        residue (X → A) and log-prob 0.
+        residue (X clamped to index 19) and log-prob 0; callers mark them (see predict.design).
         """
         enc = self.encode(batch)
         b = batch["aatype"].shape[0]
