@@ -257,9 +257,11 @@ def test_forced_evaluate_reproduces_the_pulled_metrics_byte_for_byte(run):
     pulled = metrics_files(run.clone)
     sidecars = {p: json.loads(p.read_text()) for p in (run.clone / "results/metrics").rglob("*.provenance.json")}
     mtimes = {p: p.stat().st_mtime_ns for p in (run.clone / "results/metrics").rglob("*.tsv")}
-    plan = dry_run(run.clone, "--forcerun", "evaluate", "evaluate_baseline")
-    assert plan.counts == {"evaluate": 2, "evaluate_baseline": 1, "report": 1, "all": 1}
-    smk(run.clone, "--cores", "2", "--forcerun", "evaluate", "evaluate_baseline")
+    forced = ("--forcerun", "evaluate", "evaluate_baseline", "evaluate_design")  # design experiments too
+    plan = dry_run(run.clone, *forced)
+    assert plan.counts == {"evaluate": 2, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
+                           "report_design": 1, "all": 1}
+    smk(run.clone, "--cores", "2", *forced)
     assert all(p.stat().st_mtime_ns > mtime for p, mtime in mtimes.items()), "evaluate did not rewrite them"
     assert metrics_files(run.clone) == pulled
     for path, before in sidecars.items():
