@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/predict.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/design.smk"
 include: "workflow/rules/failures.smk"
 
 
@@ -33,4 +34,5 @@ rule all:
         "results/failures.tsv",
         "data/msa/summary.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
+        ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
     default_target: True

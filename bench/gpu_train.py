@@ -1,5 +1,8 @@
 """GPU training throughput of each model family (bf16-mixed), for a machine with a CUDA GPU.
 
+Covers every experiment of ``config/config.yaml``, the design family (``mpnn``, ``mpnn_ft``) too:
+the synthetic batches carry a backbone (N, CA, C, O) for it.
+
     .venv/bin/python bench/gpu_train.py [--crops 64 128 256] [--batch 8] [--steps 30]
                                         [--trainer-steps 40] [--out bench/gpu_train.md]
 
@@ -124,6 +127,8 @@ def time_trainer(experiments: dict[str, Any], steps: int, threads: int, device: 
     out = {}
     for name, params in experiments.items():
         params = json.loads(json.dumps(params))
+        params.pop("init_from", None)  # chained experiments: timed from their own initial weights
+        params.pop("predict", None)
         params.setdefault("trainer", {}).update({"max_steps": steps, "val_every_n_steps": steps})
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()

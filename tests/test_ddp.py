@@ -34,11 +34,15 @@ PARAMS = {"model": "distogram", "model_config": {"embed_dim": 8, "channels": 8, 
           "trainer": {"max_steps": 2, "val_every_n_steps": 2, "warmup_steps": 1, "seed": 5}}
 
 
+MPNN_PARAMS = {"model": "mpnn", "model_config": {"hidden": 8, "n_encoder": 1, "n_decoder": 1, "k_neighbors": 8},
+               "data": {**PARAMS["data"], "max_msa_rows": 1}, "trainer": PARAMS["trainer"]}
+
+
 def _train(cache: Path, out: Path, *extra: str, launcher: tuple[str, ...] = (),
-           env: dict[str, str] | None = None) -> list[dict[str, str]]:
+           env: dict[str, str] | None = None, params: dict = PARAMS) -> list[dict[str, str]]:
     env = {**(env or os.environ), "PYTHONPATH": str(REPO / "src")}
     command = [*launcher, sys.executable, "-m", "foldworks.train", "--experiment", "ddp", "--params",
-               json.dumps(PARAMS), "--chains", str(cache / "chains.parquet"), "--features-dir",
+               json.dumps(params), "--chains", str(cache / "chains.parquet"), "--features-dir",
                str(cache / "features"), "--out-dir", str(out), "--threads", "1", *extra]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -99,3 +103,24 @@ def test_srun_ranks_use_lightnings_slurm_environment(cache: Path, single: list[d
     assert {float(r["val_chains"]) for r in logged} == {float(len(val))}
     config = json.loads((tmp_path / "srun" / "config.json").read_text())
     assert config["trainer"]["devices"] == 2 and config["trainer"]["strategy"] == "ddp"
+
+
+def test_ddp_design_family_validation_is_gathered_over_all_ranks(cache: Path, tmp_path: Path) -> None:
+    """The design family through the same DDP path: step-0 val_recovery over all chains equals the
+    one-process value and the chain-by-chain mean of the family's own validation_metrics."""
+    val = select_rows(pd.read_parquet(cache / "chains.parquet"), ["val"], cache / "features")
+    single = _train(cache, tmp_path / "single", params=MPNN_PARAMS)
+    ddp = _train(cache, tmp_path / "ddp", "--devices", "2", "--strategy", "ddp", "--accelerator", "cpu",
+                 params=MPNN_PARAMS)
+    assert list(ddp[0]) == ["step", "epoch", "train_loss", "val_loss", "val_recovery"]
+    assert float(ddp[0]["val_recovery"]) == pytest.approx(float(single[0]["val_recovery"]), abs=2e-6)
+    assert float(ddp[0]["val_loss"]) == pytest.approx(float(single[0]["val_loss"]), abs=2e-6)
+    logged = [r for r in csv.DictReader(open(tmp_path / "ddp" / "logs" / "csv" / "metrics.csv")) if r["val_chains"]]
+    assert {float(r["val_chains"]) for r in logged} == {float(len(val))}
+    L.seed_everything(5, workers=True, verbose=False)
+    model = StructureModule(resolve_config(MPNN_PARAMS)).model.eval()
+    dataset = ChainDataset(list(zip(val["target"], val["path"])), None, 1, 5, train=False)
+    with torch.no_grad():
+        scores = np.array([float(model.validation_metrics(b := collate([dataset[(0, i)]]), model(b))["recovery"][0])
+                           for i in range(len(val))])
+    assert scores.mean() == pytest.approx(float(ddp[0]["val_recovery"]), abs=2e-6)

@@ -104,16 +104,26 @@ def test_different_seed_changes_weights(cache: Path, tmp_path: Path) -> None:
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-def test_resume_from_mid_run_checkpoint_is_bitwise_identical(cache: Path, tmp_path: Path) -> None:
-    params = {**TINY, "model_config": {**TINY["model_config"], "dropout": 0.2},  # dropout: RNG state matters
-              "data": {**TINY["data"], "spatial_crop_prob": 0.5},
-              "trainer": {**TINY["trainer"], "accumulate_grad_batches": 2, "checkpoint_every_n_steps": 2,
+#: The design family at test size (same data/trainer sections as TINY).
+TINY_MPNN = {"model": "mpnn", "model_config": {"hidden": 8, "n_encoder": 1, "n_decoder": 1, "k_neighbors": 8},
+             "data": {**TINY["data"], "max_msa_rows": 1}, "trainer": TINY["trainer"]}
+
+
+@pytest.mark.parametrize("family", [TINY, TINY_MPNN], ids=["structure", "design"])
+def test_resume_from_mid_run_checkpoint_is_bitwise_identical(cache: Path, tmp_path: Path, family: dict) -> None:
+    # design: backbone noise and decoding order come from the RNG too
+    params = {**family, "model_config": {**family["model_config"], "dropout": 0.2},  # dropout: RNG state matters
+              "data": {**family["data"], "spatial_crop_prob": 0.5},
+              "trainer": {**family["trainer"], "accumulate_grad_batches": 2, "checkpoint_every_n_steps": 2,
                           "keep_resume_checkpoints": 10}}
     assert _train(cache, tmp_path / "full", params) == 0
     for step in (2, 3):  # 2: saved after a training step (mid-interval); 3: saved after validation
         out = tmp_path / f"from{step}"
         (out / "resume").mkdir(parents=True)
         shutil.copy(tmp_path / "full" / "resume" / f"step_{step:06d}.ckpt", out / "resume")
+        for best in (tmp_path / "full" / "resume").glob("best_step_*.ckpt"):  # as an interrupted run left it
+            if int(best.stem.rsplit("_", 1)[1]) <= step:
+                shutil.copy(best, out / "resume")
         assert _train(cache, out, params) == 0
         a, b = (load_checkpoint(d / "last.ckpt") for d in (tmp_path / "full", out))
         assert _same_weights(a["state_dict"], b["state_dict"]) and _same_weights(a["ema_state_dict"], b["ema_state_dict"])

@@ -1,12 +1,14 @@
 """The whole workflow, end to end, with the real tools on a tiny config (a few minutes).
 
 Runs Snakemake on 17 real mirror entries into a temp directory: fetch from the local mirror,
-parse, chain table + MMseqs2 splits, HH-suite database + hhblits, features, two experiments
-through the shared trainer, predictions, metrics, summary, plots and the HTML report.
+parse, chain table + MMseqs2 splits, HH-suite database + hhblits, features, two structure and two
+design experiments (one chained to the other by init_from) through the shared trainer,
+predictions, metrics, summaries, plots and the HTML report.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +19,7 @@ from conftest import REPO_ROOT, require_tool
 from conftest import run_snakemake as snakemake
 
 pytestmark = pytest.mark.slow
+STRUCTURE, DESIGN = ("distogram", "msa_trunk"), ("mpnn", "mpnn_ft")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,15 @@ def test_every_stage_wrote_its_outputs(tiny_run):
     features = sorted(p.stem for p in (workdir / "data/features").glob("*.npz"))
     assert features == sorted(passed["entry"] + "_" + passed["chain"])
     test_targets = sorted((passed[passed["split"] == "test"]["entry"] + "_" + passed[passed["split"] == "test"]["chain"]))
-    for experiment in config["experiments"]:
+    for experiment in DESIGN:  # config/config.yaml's design experiments, shrunk by tiny_config
+        assert (workdir / f"results/checkpoints/{experiment}/best.ckpt").stat().st_size > 0
+        designed = sorted(p.stem for p in (workdir / f"results/predictions/{experiment}").glob("*.fasta"))
+        assert designed == test_targets
+        metrics = pd.read_csv(workdir / f"results/metrics/{experiment}.tsv", sep="\t")
+        assert sorted(metrics["target"]) == test_targets and metrics["recovery"].between(0, 1).all()
+    report = json.loads((workdir / "results/checkpoints/mpnn_ft/config.json").read_text())["init_report"]
+    assert report["matched"] and not report["shape_mismatched"]  # chained from mpnn's best.ckpt
+    for experiment in STRUCTURE:
         assert (workdir / f"results/checkpoints/{experiment}/best.ckpt").stat().st_size > 0
         predicted = sorted(p.stem for p in (workdir / f"results/predictions/{experiment}").glob("*.cif"))
         assert predicted == test_targets
@@ -59,7 +70,10 @@ def test_every_stage_wrote_its_outputs(tiny_run):
 def test_summary_has_every_experiment_and_baseline(tiny_run):
     workdir, config = tiny_run
     summary = pd.read_csv(workdir / "results/summary.tsv", sep="\t")
-    assert set(summary["experiment"]) == set(config["experiments"]) | {"baseline"}
+    assert set(summary["experiment"]) == set(STRUCTURE) | {"baseline"}
+    design = pd.read_csv(workdir / "results/design_summary.tsv", sep="\t")
+    assert set(design["experiment"]) == set(DESIGN)
+    assert (workdir / "results/plots/design_recovery.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for plot in ("lddt_ca_distribution", "lddt_ca_vs_length", "training_curves", "per_target_comparison",
                  "plddt_calibration"):
         assert (workdir / f"results/plots/{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

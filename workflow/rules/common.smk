@@ -38,6 +38,18 @@ def slice_json(*keys: str) -> str:
 
 ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"]["entries"])
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
+# Task of each experiment's family (structure / design); mismatched settings, unknown tasks and
+# bad init_from chains fail here, at config load, naming the experiment (imports torch).
+from foldworks.train.experiments import design_params, experiment_tasks
+
+EXPERIMENT_TASKS = experiment_tasks(config["experiments"])
+STRUCTURE_EXPERIMENTS = [name for name in EXPERIMENTS if EXPERIMENT_TASKS[name] == "structure"]
+DESIGN_EXPERIMENTS = [name for name in EXPERIMENTS if EXPERIMENT_TASKS[name] == "design"]
+
+
+def experiment_pattern(names) -> str:
+    """Wildcard regex matching exactly ``names`` (matches nothing when empty)."""
+    return "|".join(names) if names else "(?!x)x"
 
 
 wildcard_constraints:

@@ -3,6 +3,8 @@
 
 
 rule evaluate:
+    wildcard_constraints:
+        experiment=experiment_pattern(STRUCTURE_EXPERIMENTS),  # design families: rule evaluate_design
     input:
         predictions="results/predictions/{experiment}",
         table="data/chains.parquet",

@@ -1,5 +1,6 @@
 # Stage 7: predicted structures (mmCIF, pLDDT in B-factor) for every test chain, plus a
 # deterministic subset of training chains to show what the model fits. GPU step.
+# A design family (mpnn) writes sampled sequences instead ({target}.fasta, predict.design settings).
 
 
 rule predict:
@@ -14,6 +15,7 @@ rule predict:
         train_subset=config["predict"]["train_subset"],
         max_memory_gb=config["predict"].get("max_memory_gb", 0),
         code=code_hash("predict", "models", "train"),
+        design=lambda wildcards: design_params(config, EXPERIMENT_TASKS, wildcards.experiment),
     threads: 2
     resources:
         gpu=1,
@@ -25,4 +27,4 @@ rule predict:
         "python -m foldworks.predict --checkpoint {input.checkpoint} --chains {input.table}"
         " --features-dir data/features --out-dir {output} --splits {params.splits}"
         " --train-subset {params.train_subset} --max-memory-gb {params.max_memory_gb}"
-        " --threads {threads} 2> {log}"
+        " --threads {threads} --design {params.design:q} 2> {log}"

@@ -3,11 +3,11 @@
 
 rule report:
     input:
-        metrics=expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
-        train_metrics=expand("results/metrics/train/{experiment}.tsv", experiment=EXPERIMENTS + ["baseline"]),
+        metrics=expand("results/metrics/{experiment}.tsv", experiment=STRUCTURE_EXPERIMENTS),
+        train_metrics=expand("results/metrics/train/{experiment}.tsv", experiment=STRUCTURE_EXPERIMENTS + ["baseline"]),
         baseline="results/metrics/baseline.tsv",
-        logs=expand("results/checkpoints/{experiment}/metrics.csv", experiment=EXPERIMENTS),
-        residues=expand("results/metrics/residues/{experiment}.tsv", experiment=EXPERIMENTS),
+        logs=expand("results/checkpoints/{experiment}/metrics.csv", experiment=STRUCTURE_EXPERIMENTS),
+        residues=expand("results/metrics/residues/{experiment}.tsv", experiment=STRUCTURE_EXPERIMENTS),
     output:
         summary=report("results/summary.tsv", caption="../report/summary.rst", category="Summary"),
         distribution=report("results/plots/lddt_ca_distribution.png", caption="../report/lddt_ca_distribution.rst", category="Accuracy"),

@@ -15,19 +15,23 @@
 # environment wires up the ranks (README "Multi-GPU and multi-node training on Slurm"); the
 # launch line comes from foldworks.train.launch.train_launch().
 
+from foldworks.train.experiments import init_inputs, train_params
 from foldworks.train.launch import train_launch
+
 
 rule train:
     input:
         table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "val"]),
+        init=lambda wildcards: init_inputs(config["experiments"], wildcards.experiment),
     output:
         best="results/checkpoints/{experiment}/best.ckpt",
         last="results/checkpoints/{experiment}/last.ckpt",
         metrics="results/checkpoints/{experiment}/metrics.csv",
         config="results/checkpoints/{experiment}/config.json",
     params:
-        cfg=lambda wildcards: json.dumps(config["experiments"][wildcards.experiment], sort_keys=True),
+        cfg=lambda wildcards: train_params(config["experiments"], wildcards.experiment),
+        init=lambda wildcards, input: f" --init-from {input.init[0]}" if input.init else "",
         out_dir=lambda wildcards: f"results/checkpoints/{wildcards.experiment}",
         code=code_hash("train", "models"),
         launch=lambda wildcards, threads, resources: train_launch(threads, resources)[0],
@@ -43,4 +47,4 @@ rule train:
     shell:
         "{params.launch}python -m foldworks.train --experiment {wildcards.experiment} --params {params.cfg:q}"
         " --chains {input.table} --features-dir data/features --out-dir {params.out_dir}"
-        " --threads {threads} --devices {params.devices} --num-nodes {resources.nodes} 2> {log}"
+        " --threads {threads} --devices {params.devices} --num-nodes {resources.nodes}{params.init} 2> {log}"

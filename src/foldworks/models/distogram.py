@@ -47,6 +47,8 @@ class _ResBlock2d(nn.Module):
 class DistogramModel(nn.Module):
     """Distogram CNN; config keys are the constructor arguments (all optional)."""
 
+    task = "structure"
+
     def __init__(self, embed_dim: int = 32, channels: int = 32, n_blocks: int = 6, n_bins: int = 40,
                  min_dist: float = 2.0, max_dist: float = 22.0, dropout: float = 0.0,
                  refine_steps: int = 100) -> None:

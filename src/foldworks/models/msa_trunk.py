@@ -40,6 +40,8 @@ from foldworks.models.trunk_layers import EGNNLayer, TrunkBlock
 class MSATrunkModel(nn.Module):
     """MSA transformer + EGNN structure head; config keys are the constructor arguments."""
 
+    task = "structure"
+
     def __init__(self, c_m: int = 32, c_z: int = 16, c_s: int = 32, n_layers: int = 2, n_heads: int = 4,
                  n_struct_layers: int = 4, n_plddt_bins: int = 50, n_disto_bins: int = 40,
                  pair_cutoff: float = 20.0, coord_clamp: float = 10.0, w_drmsd: float = 0.0,

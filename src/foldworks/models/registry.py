@@ -2,9 +2,13 @@
 
 Adding a family = one module that defines an ``nn.Module`` decorated with
 ``@register_model("name")`` and one import line in :mod:`foldworks.models`.
-Every model maps a padded batch dict (see :mod:`foldworks.models.common`) to an output dict
-with at least ``ca_coords [B, L, 3]`` (Å) and ``plddt [B, L]`` (0..1), and has
-``loss(batch, outputs) -> (loss, logs)``.
+Every model maps a padded batch dict (see :mod:`foldworks.models.common`) to an output dict and has
+``loss(batch, outputs) -> (loss, logs)``. A structure family (``task = "structure"``, the default)
+outputs at least ``ca_coords [B, L, 3]`` (Å) and ``plddt [B, L]`` (0..1); a design family
+(``task = "design"``) outputs ``logits [B, L, 21]`` and has ``sample`` (see :mod:`foldworks.models.mpnn`).
+Optional: ``validation_metrics(batch, outputs) -> {name: Tensor [B]}`` (per-chain validation
+scores; structure default ``lddt_ca``) and ``monitor`` (the name among them that selects
+``best.ckpt``, higher is better; default ``lddt_ca``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from typing import Any, Callable, TypeVar
 from torch import nn
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {}
+#: What a family computes: ``structure`` (coordinates; predict writes mmCIF, evaluate scores lDDT/RMSD/TM)
+#: or ``design`` (sequence from backbone; predict writes FASTA, evaluate scores recovery/perplexity).
+TASKS: tuple[str, ...] = ("structure", "design")
 
 _M = TypeVar("_M", bound=type[nn.Module])
 
@@ -35,3 +42,13 @@ def build_model(name: str, config: dict[str, Any] | None = None) -> nn.Module:
     if name not in MODEL_REGISTRY:
         raise KeyError(f"unknown model {name!r}; registered: {sorted(MODEL_REGISTRY)}")
     return MODEL_REGISTRY[name](**(config or {}))
+
+
+def model_task(name: str) -> str:
+    """Task of the registered family ``name``: its ``task`` class attribute, ``structure`` when absent."""
+    if name not in MODEL_REGISTRY:
+        raise KeyError(f"unknown model {name!r}; registered: {sorted(MODEL_REGISTRY)}")
+    task = getattr(MODEL_REGISTRY[name], "task", "structure")
+    if task not in TASKS:
+        raise ValueError(f"model {name!r} declares unknown task {task!r}; expected one of {list(TASKS)}")
+    return task

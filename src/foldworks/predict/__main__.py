@@ -1,4 +1,9 @@
-"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G]``."""
+"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--design JSON]``.
+
+The checkpoint's family decides the output: a structure family writes mmCIF
+(:mod:`foldworks.predict.run`), a design family FASTA (:mod:`foldworks.predict.design`, sampled
+with ``--design '{"n_samples": 8, "temperature": 0.1, "seed": 0}'``; ignored for structure).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-memory-gb", type=float, default=0.0,
                         help="refuse a chain whose estimated activation memory exceeds this (0: no limit)")
+    parser.add_argument("--design", default="{}", help="design-family sampling settings as JSON (predict.design)")
     args = parser.parse_args(argv)
     setup_logging("predict")
     splits = [s for s in args.splits.split(",") if s]
@@ -32,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     from foldworks.predict.run import predict
 
     torch.set_num_threads(max(1, args.threads))
+    from foldworks.models import model_task
     from foldworks.predict.memory import ChainTooLarge
+    from foldworks.train.checkpoint import load_checkpoint
 
+    config = load_checkpoint(args.checkpoint)["hyper_parameters"]["config"]
+    if model_task(config["model"]) == "design":
+        return _design(args, splits)
     try:
         rows = predict(args.checkpoint, args.chains, args.features_dir, args.out_dir, splits, args.train_subset,
                        args.max_memory_gb)
@@ -41,6 +52,29 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", exc)
         return 1
     logging.info("wrote %d predictions to %s", len(rows), args.out_dir)
+    return 0
+
+
+def _design(args: argparse.Namespace, splits: list[str]) -> int:
+    import json
+
+    import pandas as pd
+
+    from foldworks.predict.design import design_settings, predict_design
+    from foldworks.predict.run import train_subset
+    from foldworks.train.checkpoint import model_from_checkpoint
+    from foldworks.train.data import select_targets
+
+    try:
+        settings = design_settings(json.loads(args.design or "{}"))
+    except (ValueError, json.JSONDecodeError) as exc:
+        logging.error("%s: --design: %s", args.checkpoint, exc)
+        return 2
+    model, _ = model_from_checkpoint(args.checkpoint)
+    train_jobs = train_subset(select_targets(pd.read_parquet(args.chains), ["train"], args.features_dir),
+                              args.train_subset) if args.train_subset > 0 else []
+    rows = predict_design(model, args.chains, args.features_dir, args.out_dir, splits, train_jobs, settings)
+    logging.info("wrote designs for %d chains to %s (%s)", len(rows), args.out_dir, settings)
     return 0
 
 

@@ -26,7 +26,7 @@ from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import ConfigError, load_workflow_config
 
 #: The rules to force when artifacts of a stage do not match (downstream rules follow).
-FORCERUN = {"results/checkpoints": "train", "results/metrics": "evaluate evaluate_baseline"}
+FORCERUN = {"results/checkpoints": "train", "results/metrics": "evaluate evaluate_baseline evaluate_design"}
 
 
 class Refused(RuntimeError):

@@ -32,6 +32,7 @@ ARTIFACT_GROUPS: tuple[tuple[str, str], ...] = (
     ("results/predictions", "predicted structures"),
     ("results/metrics", "metrics tables with provenance sidecars"),
     ("results/summary.tsv", "summary table"),
+    ("results/design_summary.tsv", "design summary table (design families)"),
     ("results/plots", "report plots"),
     ("results/failures.tsv", "failures report"),
 )

@@ -54,7 +54,8 @@ def expected_slice(config: dict[str, Any], stage: str, experiment: str | None = 
         if experiment not in experiments:
             raise ConfigError(f"experiment {experiment!r} is not in the current config "
                               f"(experiments: {', '.join(sorted(experiments)) or 'none'})")
-        return experiments[experiment]
+        # as the train rule passes it: without the predict-only `predict` settings (design families)
+        return {k: v for k, v in experiments[experiment].items() if k != "predict"}
     if stage == "evaluate":
         return config.get("evaluate", {})
     raise ConfigError(f"no provenance check is defined for stage {stage!r}")

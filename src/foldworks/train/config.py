@@ -53,16 +53,26 @@ HARDWARE_KEYS: tuple[str, ...] = ("accelerator", "devices", "num_nodes", "strate
 _BOOKKEEPING_KEYS: tuple[str, ...] = ("checkpoint_every_n_steps", "keep_resume_checkpoints", "log_every_n_steps",
                                       "max_nonfinite_steps")
 _SAMPLERS = ("cluster_weighted", "uniform")
+#: Optional top-level keys: declared task (checked against the family), experiment chaining
+#: (``foldworks.train.init_from``).
+CHAINING_KEYS: tuple[str, ...] = ("task", "init_from", "init_exclude", "freeze")
 
 
 def resolve_config(params: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults into an experiment config and validate it; raises ``ValueError`` naming the key."""
-    unknown = set(params) - {"model", "model_config", "data", "trainer"}
+    unknown = set(params) - {"model", "model_config", "data", "trainer"} - set(CHAINING_KEYS)
     if unknown:
         raise ValueError(f"experiment config: unknown top-level keys {sorted(unknown)}")
     if not isinstance(params.get("model"), str):
         raise ValueError("experiment config: 'model' (a registered model name) is required")
     resolved = {"model": params["model"], "model_config": copy.deepcopy(params.get("model_config") or {})}
+    for key in CHAINING_KEYS:  # only when given: configs without them keep their run hash
+        if params.get(key) not in (None, []):
+            resolved[key] = copy.deepcopy(params[key])
+    for key in ("init_exclude", "freeze"):
+        if key in resolved and not (isinstance(resolved[key], list) and all(isinstance(p, str) and p
+                                                                            for p in resolved[key])):
+            raise ValueError(f"experiment config: {key} must be a list of parameter-name prefixes")
     for section, defaults in (("data", DEFAULT_DATA), ("trainer", DEFAULT_TRAINER)):
         given = params.get(section) or {}
         extra = set(given) - set(defaults)

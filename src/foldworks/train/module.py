@@ -7,8 +7,13 @@
 * Non-finite guard: an optimiser step whose loss or gradients are NaN/Inf (on any rank) is
   skipped (gradients dropped, no AdamW/EMA update) and counted; more than
   ``trainer.max_nonfinite_steps`` raise :class:`NonFiniteError`.
-* Validation: ``val_lddt_ca`` = mean over *all* validation chains (sums and counts are reduced
-  over ranks) of each chain's pooled lDDT-Cα; ``val_loss`` likewise per chain.
+* Validation: each family's per-chain ``validation_metrics(batch, outputs)`` (structure families
+  without one: pooled lDDT-Cα → ``val_lddt_ca``; the design family: ``val_recovery``) averaged over
+  *all* validation chains (sums and counts are reduced over ranks); ``val_loss`` likewise per
+  chain. The family's ``monitor`` (default ``lddt_ca``) names the metric that selects ``best.ckpt``
+  (higher is better): :attr:`StructureModule.monitor` = ``"val_" + monitor``.
+* Experiment chaining: ``freeze`` prefixes are applied here (frozen parameters are left out of the
+  optimiser); weights from ``init_from`` are loaded by :meth:`StructureModule.initialise_from`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from foldworks.models import build_model, lddt_ca
+from foldworks.models import build_model, lddt_ca, model_task
 from foldworks.train.state import EMA, collect_rng_states, plain, restore_rng_states
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,17 @@ class StructureModule(L.LightningModule):
         self.run_hash, self.provenance = run_hash, provenance or {}
         self.save_hyperparameters({"config": config, "feature_set_hash": feature_set_hash})
         self.model = build_model(config["model"], config["model_config"])
+        self.task = model_task(config["model"])
+        if config.get("task", self.task) != self.task:
+            raise ValueError(f"experiment {experiment}: task {config['task']!r} declared, but model "
+                             f"{config['model']!r} is a {self.task} family")
+        if config.get("freeze"):
+            from foldworks.train.init_from import freeze_parameters
+
+            freeze_parameters(self.model, config["freeze"], experiment)
+        self.val_names: tuple[str, ...] = tuple(getattr(self.model, "val_metric_names", None)
+                                                or (getattr(self.model, "monitor", "lddt_ca"),))
+        self.monitor = "val_" + getattr(self.model, "monitor", "lddt_ca")
         decay = float(config["trainer"]["ema_decay"])
         self.ema = EMA(self.model, decay) if decay > 0 else None
         self.nonfinite_steps = 0
@@ -67,7 +83,16 @@ class StructureModule(L.LightningModule):
         self._step_skipped = False
         self._backup: dict[str, torch.Tensor] | None = None
         self._pending_rng: dict[str, Any] | None = None
-        self._val = torch.zeros(3, dtype=torch.float64)  # lDDT-Cα sum, loss sum, chains
+        self._val = torch.zeros(len(self.val_names) + 2, dtype=torch.float64)  # metric sums, loss sum, chains
+
+    def initialise_from(self, checkpoint: Any, exclude: Any = ()) -> dict[str, Any]:
+        """Load another run's weights (``init_from``, :mod:`foldworks.train.init_from`); the EMA restarts there."""
+        from foldworks.train.init_from import initialise_from
+
+        report = initialise_from(self.model, checkpoint, exclude, self.experiment)
+        if self.ema is not None:
+            self.ema = EMA(self.model, self.ema.decay)
+        return report
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.model(batch)
@@ -134,7 +159,7 @@ class StructureModule(L.LightningModule):
 
     # ---- validation (EMA weights) -----------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self._val = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self._val = torch.zeros(len(self.val_names) + 2, dtype=torch.float64, device=self.device)
         if self.ema is not None:
             self._backup = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.model.load_state_dict(self.ema.shadow)
@@ -142,10 +167,20 @@ class StructureModule(L.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         outputs = self.model(batch)
         loss, _ = self.model.loss(batch, outputs)
+        metrics = self.validation_metrics(batch, outputs)
+        scores = [metrics[name] for name in self.val_names]
+        n = scores[0].shape[0]
+        self._val += torch.stack([*(s.double().sum() for s in scores), loss.detach().double() * n,
+                                  torch.tensor(float(n), dtype=torch.float64, device=scores[0].device)])
+
+    def validation_metrics(self, batch: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]
+                           ) -> dict[str, torch.Tensor]:
+        """Per-chain validation scores ``{name: [B]}``: the family's, or pooled lDDT-Cα for a structure family."""
+        own = getattr(self.model, "validation_metrics", None)
+        if own is not None:
+            return own(batch, outputs)
         score, _ = lddt_ca(outputs["ca_coords"].float(), batch["ca_coords"].float(), batch["residue_mask"])
-        n = score.shape[0]
-        self._val += torch.stack([score.double().sum(), loss.detach().double() * n,
-                                  torch.tensor(float(n), dtype=torch.float64, device=score.device)])
+        return {"lddt_ca": score}
 
     def on_validation_epoch_end(self) -> None:
         totals = self._val
@@ -154,16 +189,19 @@ class StructureModule(L.LightningModule):
         if self._backup is not None:  # training weights back before any checkpoint is written
             self.model.load_state_dict(self._backup)
             self._backup = None
-        if totals[2] > 0:
-            self.log("val_lddt_ca", (totals[0] / totals[2]).float(), sync_dist=False)
-            self.log("val_loss", (totals[1] / totals[2]).float(), sync_dist=False)
-            self.log("val_chains", totals[2].float(), sync_dist=False)
+        count = totals[-1]
+        if count > 0:
+            for index, name in enumerate(self.val_names):
+                self.log(f"val_{name}", (totals[index] / count).float(), sync_dist=False)
+            self.log("val_loss", (totals[-2] / count).float(), sync_dist=False)
+            self.log("val_chains", count.float(), sync_dist=False)
 
     # ---- optimiser --------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
         cfg = self.config["trainer"]
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
+        trained = [p for p in self.model.parameters() if p.requires_grad]  # minus frozen ones
+        decay = [p for p in trained if p.ndim >= 2]
+        no_decay = [p for p in trained if p.ndim < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
             lr=cfg["lr"])
@@ -180,7 +218,7 @@ class StructureModule(L.LightningModule):
                                    "run_hash": self.run_hash, "experiment": self.experiment,
                                    "versions": package_versions(), "seed": int(self.config["trainer"]["seed"])}
         metrics = self._trainer.callback_metrics if self._trainer is not None else {}
-        checkpoint["foldworks"]["metrics"] = {k: float(metrics[k]) for k in ("val_lddt_ca", "val_loss") if k in metrics}
+        checkpoint["foldworks"]["metrics"] = {k: float(metrics[k]) for k in (self.monitor, "val_loss") if k in metrics}
         checkpoint["provenance"] = plain(self.provenance)
         if self.ema is not None:
             checkpoint["ema_state_dict"] = self.ema.state_dict()

@@ -7,7 +7,8 @@ failed or killed job; Snakemake deletes a failed job's declared outputs, and a d
 * ``step_000050.ckpt`` … full Lightning checkpoints (weights, optimiser, scheduler, loop counters,
   callback state, EMA, RNG states; the sampler position is ``global_step``) written after every
   validation and every ``checkpoint_every_n_steps``; the newest ``keep_resume_checkpoints`` stay;
-* ``best_step_000100.ckpt``: weights-only checkpoint of the best validation lDDT-Cα so far
+* ``best_step_000100.ckpt``: weights-only checkpoint of the best validation score so far (the
+  family's monitored metric: lDDT-Cα for structure, recovery for design)
   (copied to ``best.ckpt`` when training ends).
 
 A stop signal (SIGTERM: Slurm preemption/requeue or ``scancel``; SIGUSR1: Slurm's
@@ -89,8 +90,9 @@ class ResumeCheckpoints(Callback):
     """Writes step/best checkpoints into ``resume_dir`` and turns stop signals into a clean exit."""
 
     def __init__(self, resume_dir: Path, val_every: int, checkpoint_every: int, keep: int,
-                 accumulate: int, max_steps: int) -> None:
+                 accumulate: int, max_steps: int, monitor: str = "val_lddt_ca") -> None:
         self.resume_dir = Path(resume_dir)
+        self.monitor = monitor  # higher is better
         self.val_every, self.checkpoint_every, self.keep = val_every, checkpoint_every, keep
         self.accumulate, self.max_steps = accumulate, max_steps
         self.best_score, self.best_step = float("-inf"), -1
@@ -157,7 +159,7 @@ class ResumeCheckpoints(Callback):
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
         step = trainer.global_step
-        score = float(trainer.callback_metrics["val_lddt_ca"])
+        score = float(trainer.callback_metrics[self.monitor])
         old_best = self.best_path
         if score > self.best_score:
             self.best_score, self.best_step = score, step

@@ -1,9 +1,11 @@
 """Fit one experiment: Lightning trainer set-up, resume, atomic checkpoints and ``metrics.csv``.
 
-Outputs in ``out_dir`` (DATA_FORMATS.md §6): ``best.ckpt`` (best validation lDDT-Cα, EMA weights
-validated), ``last.ckpt`` (final weights), ``metrics.csv`` (one row per validation: ``step, epoch,
-train_loss, val_loss, val_lddt_ca``; the first row is step 0, the untrained model, with an empty
-``train_loss``) and ``config.json``. Beside them, not declared to Snakemake: ``resume/`` (see
+Outputs in ``out_dir`` (DATA_FORMATS.md §6): ``best.ckpt`` (best validation score of the family's
+monitored metric: lDDT-Cα for structure, sequence recovery for design; EMA weights validated),
+``last.ckpt`` (final weights), ``metrics.csv`` (one row per validation: ``step, epoch, train_loss,
+val_loss, val_lddt_ca`` — ``val_recovery`` for a design family; the first row is step 0, the
+untrained model, with an empty ``train_loss``) and ``config.json`` (with ``init_report`` when the
+experiment has ``init_from``). Beside them, not declared to Snakemake: ``resume/`` (see
 :mod:`foldworks.train.resume`) and ``logs/`` (Lightning CSV logs, TensorBoard when installed).
 
 A run first looks for the newest resume checkpoint with the same run hash (resolved config minus
@@ -35,6 +37,7 @@ from foldworks.fsutil import atomic_open, atomic_path, write_json_atomic
 from foldworks.provenance import provenance_record
 from foldworks.train.config import apply_overrides, resolve_config, run_hash
 from foldworks.train.data import FeatureDataModule, feature_manifest_lines
+from foldworks.train.init_from import file_digest
 from foldworks.train.module import StructureModule
 from foldworks.train.resume import Preempted, ResumeCheckpoints, clear_resume_dir, find_resume_checkpoint
 
@@ -58,8 +61,10 @@ class MetricsCSV(Callback):
     progress line is logged every ``log_every`` steps. Rows are part of the checkpoint state.
     """
 
-    def __init__(self, path: Path, experiment: str, log_every: int, progress_lines: bool) -> None:
+    def __init__(self, path: Path, experiment: str, log_every: int, progress_lines: bool,
+                 monitor: str = "val_lddt_ca") -> None:
         self.path, self.experiment, self.rows = Path(path), experiment, []
+        self.monitor = monitor
         self.log_every, self.progress_lines = log_every, progress_lines
         self._clock = (time.monotonic(), 0)
 
@@ -91,15 +96,15 @@ class MetricsCSV(Callback):
         done = trainer.global_step * trainer.accumulate_grad_batches
         epoch = trainer.datamodule.data_epoch(done) if fitting else 0
         row = (trainer.global_step, epoch, "" if train_loss is None else f"{train_loss:.6f}",
-               f"{float(metrics['val_loss']):.6f}", f"{float(metrics['val_lddt_ca']):.6f}")
+               f"{float(metrics['val_loss']):.6f}", f"{float(metrics[self.monitor]):.6f}")
         self.rows.append(row)
         if trainer.is_global_zero:
             self.write()
-        log.info("%s: step %d epoch %d: train_loss %s val_loss %s val_lddt_ca %s (%d chains)", self.experiment,
-                 *row, int(metrics.get("val_chains", 0)))
+        log.info("%s: step %d epoch %d: train_loss %s val_loss %s %s %s (%d chains)", self.experiment,
+                 *row[:4], self.monitor, row[4], int(metrics.get("val_chains", 0)))
 
     def write(self) -> None:
-        write_csv_atomic(self.path, METRICS_HEADER, self.rows)
+        write_csv_atomic(self.path, (*METRICS_HEADER[:-1], self.monitor), self.rows)
 
 
 def write_csv_atomic(path: Path, header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
@@ -134,8 +139,12 @@ def _hardware(cfg: dict[str, Any]) -> tuple[str, str]:
 
 
 def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Path, out_dir: Path,
-        threads: int = 1, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        threads: int = 1, overrides: dict[str, Any] | None = None, init_checkpoint: Path | None = None
+        ) -> dict[str, Any]:
     """Train one experiment (resuming when possible) and write its outputs; returns the resolved config.
+
+    ``init_checkpoint``: the parent checkpoint when the experiment has ``init_from`` (resolved by
+    the workflow; its content hash enters the run hash, so a retrained parent restarts the child).
 
     Raises :class:`Preempted` after a stop signal (a resume checkpoint was written),
     :class:`foldworks.train.module.NonFiniteError`, or ``ValueError`` for a bad config/data set.
@@ -157,21 +166,25 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
     data = FeatureDataModule(chains, features_dir, config["data"], seed, workers,
                              int(cfg["max_steps"]) * accumulate, accumulate)
     features_hash = data.feature_set_hash()
-    rhash = run_hash(config, features_hash)
+    init_path = _init_checkpoint(experiment, config, init_checkpoint)
+    rhash = run_hash(config, features_hash if init_path is None else f"{features_hash}+{file_digest(init_path)}")
     provenance = _provenance(params, chains, resume_dir, data) if rank_zero_only.rank == 0 else {}
     module = StructureModule(config, features_hash, experiment, rhash, provenance)
+    init = {} if init_path is None else {
+        "init_report": module.initialise_from(init_path, config.get("init_exclude", []))}
     resume_from, mismatched = find_resume_checkpoint(resume_dir, rhash)
     if rank_zero_only.rank == 0:
         write_json_atomic(out_dir / "config.json", {"experiment": experiment, **config,
-                                                    "feature_set_hash": features_hash, "run_hash": rhash})
+                                                    "feature_set_hash": features_hash, "run_hash": rhash, **init})
         _prepare_dirs(out_dir, resume_dir, resume_from, mismatched, rhash)
     log.info("%s: %s model, %d train / %d val chains, %d parameters, seed %d, %s %s, %d loader workers, "
              "run hash %s", experiment, config["model"], len(data.train_rows), len(data.val_rows),
              sum(p.numel() for p in module.parameters()), seed, accelerator, precision, workers, rhash)
     metrics = MetricsCSV(out_dir / "metrics.csv", experiment, int(cfg["log_every_n_steps"]),
-                         progress_lines=not _progress_bar(cfg))
+                         progress_lines=not _progress_bar(cfg), monitor=module.monitor)
     resume = ResumeCheckpoints(resume_dir, int(cfg["val_every_n_steps"]), int(cfg["checkpoint_every_n_steps"]),
-                               int(cfg["keep_resume_checkpoints"]), accumulate, int(cfg["max_steps"]))
+                               int(cfg["keep_resume_checkpoints"]), accumulate, int(cfg["max_steps"]),
+                               monitor=module.monitor)
     trainer = _make_trainer(config, out_dir, accelerator, precision, [metrics, resume])
     if trainer.world_size > len(data.val_rows):
         raise ValueError(f"experiment {experiment}: {len(data.val_rows)} validation chains for {trainer.world_size} "
@@ -187,6 +200,19 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
         raise Preempted(signal.SIGTERM, None) from exc
     _finish(trainer, resume, metrics, out_dir)
     return config
+
+
+def _init_checkpoint(experiment: str, config: dict[str, Any], given: Path | None) -> Path | None:
+    """The parent checkpoint of an ``init_from`` experiment (``given``, else ``init_from`` itself as a path)."""
+    if "init_from" not in config:
+        if given is not None:
+            raise ValueError(f"experiment {experiment}: --init-from given but the experiment has no init_from")
+        return None
+    path = Path(given) if given is not None else Path(str(config["init_from"]))
+    if not path.is_file():
+        raise ValueError(f"experiment {experiment}: init_from checkpoint {path} not found "
+                         f"(init_from: {config['init_from']!r})")
+    return path
 
 
 def _provenance(params: dict[str, Any], chains: Path, resume_dir: Path, data: FeatureDataModule) -> dict[str, Any]:
@@ -223,7 +249,7 @@ def _finish(trainer: L.Trainer, resume: ResumeCheckpoints, metrics: MetricsCSV, 
     with atomic_path(out_dir / "best.ckpt") as tmp:
         shutil.copyfile(best, tmp)
     metrics.write()
-    log.info("done: best val_lddt_ca %.4f at step %d; %s", resume.best_score, resume.best_step, out_dir)
+    log.info("done: best %s %.4f at step %d; %s", resume.monitor, resume.best_score, resume.best_step, out_dir)
 
 
 def _progress_bar(cfg: dict[str, Any]) -> bool:
