@@ -222,3 +222,16 @@ def test_workflow_plans_all_entries_of_a_divided_mirror(pdb_mirror: Path, tmp_pa
     assert "divided layout, 3 entries" in out and "0 entries left out; 3 without a known release date" in out
     for entry in ("1aki", "1ubq", "1ckb"):
         assert f"data/raw/{entry}.json" in out
+
+
+def test_holdings_parsers_fast_path_and_odd_values() -> None:
+    plain = gzip.compress(json.dumps({"1ABC": "2020-01-02T00:00:00+0000", "2ABC": "2021-05-06"}).encode())
+    assert hold.parse_released(plain) == {"1abc": "2020-01-02", "2abc": "2021-05-06"}
+    odd = gzip.compress(json.dumps({"1ABC": "someday", "pdb_00002abc": "2021-05-06T00:00:00+0000",
+                                    "NOT-AN-ID": "2020-01-01"}).encode())
+    assert hold.parse_released(odd) == {"1abc": "", "2abc": "2021-05-06"}
+    with pytest.raises(hold.HoldingsError, match="no PDB IDs"):
+        hold.parse_released(gzip.compress(json.dumps({"x": "2020-01-01"}).encode()))
+    removed = hold.parse_removed(gzip.compress(json.dumps(REMOVED).encode()))
+    assert removed["2abc"].superseded_by == ("1ubq",) and removed["9old"].superseded_by == ()
+    assert hold.Holdings(removed=removed).replacements("1abc") == ["1ubq"]  # 1abc -> 2abc (obsolete) -> 1ubq

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from foldworks.ids import InvalidIdentifier, normalize_entry
+from foldworks.ids import ENTRY_PATTERN, InvalidIdentifier, normalize_entry
 
 #: Characters kept when an invalid item is shown in a log line or the report (others -> '?').
 _SHOWN = re.compile(r"[^\x21-\x7e]")
@@ -63,9 +63,12 @@ def validate_entries(items: Iterable[object]) -> EntryList:
     """Split ``items`` into valid IDs (normalised, de-duplicated) and problem rows."""
     result = EntryList()
     counts: dict[str, int] = {}
+    valid = ENTRY_PATTERN.fullmatch
     for item in items:
+        # fast path for the common case (230,000 IDs at workflow load); same rule as normalize_entry
+        candidate = item.strip().lower() if isinstance(item, str) else None
         try:
-            entry = normalize_entry(item)  # type: ignore[arg-type]
+            entry = candidate if candidate and valid(candidate) else normalize_entry(item)  # type: ignore[arg-type]
         except InvalidIdentifier as exc:
             result.problems.append({"stage": "input", "key": shown(item),
                                     "reason": f"pdb.entries item {shown(item)!r} skipped: {_why(exc)}"})

@@ -50,7 +50,9 @@ DEFAULT_MAX_AGE_DAYS = 7.0
 MAX_BYTES = 200_000_000
 #: ``1ABC`` or an extended ID ``pdb_00001abc`` -> group 1 = the 4-character ID
 _KEY = re.compile(r"^(?:pdb_0000)?([0-9][a-z0-9]{3})$")
+_KEYS4 = re.compile(r"^[0-9][a-z0-9]{3}$", re.MULTILINE)
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+_DATES10 = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.MULTILINE)
 
 
 class HoldingsError(RuntimeError):
@@ -119,11 +121,18 @@ def parse_released(data: bytes, label: str = RELEASED) -> dict[str, str]:
     """``{entry: YYYY-MM-DD}`` from the released-structures file (``""`` for an unreadable date);
     keys that are not PDB IDs are skipped."""
     released: dict[str, str] = {}
-    for key, value in _load_json_object(data, label).items():
-        entry = _entry_key(key)
-        if entry is not None:
-            text = str(value)
-            released[entry] = text[:10] if _DATE.match(text) else ""
+    obj = _load_json_object(data, label)
+    keys = "\n".join(str(key).lower() for key in obj)
+    if len(_KEYS4.findall(keys)) == len(obj):  # fast path: all plain 4-character IDs (~0.5 s at 230,000)
+        released = {str(key).lower(): str(value)[:10] for key, value in obj.items()}
+        if len(_DATES10.findall("\n".join(released.values()))) != len(released):
+            released = {entry: date if _DATE.match(date) else "" for entry, date in released.items()}
+    else:
+        for key, value in obj.items():
+            entry = _entry_key(key)
+            if entry is not None:
+                text = str(value)
+                released[entry] = text[:10] if _DATE.match(text) else ""
     if not released:
         raise HoldingsError(f"holdings file {label}: no PDB IDs among its keys")
     return released

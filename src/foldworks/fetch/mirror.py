@@ -19,6 +19,7 @@ from pathlib import Path
 
 #: file name -> (entry, format); group 1/2 = id for ``<id>.<fmt>.gz``, group 3 = id for pdbXXXX.ent.gz
 _NAME = re.compile(r"^(?:([0-9][A-Za-z0-9]{3})\.(cif|pdb)\.gz|pdb([0-9][a-z0-9]{3})\.ent\.gz)$")
+_NAMES = re.compile(_NAME.pattern, re.MULTILINE)  # the same, over newline-joined names
 _SHARD = re.compile(r"^[a-z0-9]{2}$")
 #: Mirror manifest read for release dates, if present (columns ``pdb_id``/``entry`` and ``release_date``).
 MANIFEST_NAME = "MANIFEST.tsv"
@@ -64,18 +65,19 @@ class MirrorListing:
 
 
 def _scan(directory: str, prefix: str, found: dict[str, str]) -> tuple[int, list[str]]:
-    """Add ``directory``'s entry files to ``found``; returns (files added, shard subdirectories)."""
-    added, shards = 0, []
-    with os.scandir(directory) as it:
-        for item in it:
-            parsed = parse_name(item.name)
-            if parsed is not None:
-                entry, fmt = parsed
-                if entry not in found or (fmt == "cif" and not found[entry].endswith(".cif.gz")):
-                    added += entry not in found
-                    found[entry] = prefix + item.name
-            elif not prefix and _SHARD.match(item.name) and item.is_dir():
-                shards.append(item.name)
+    """Add ``directory``'s entry files to ``found``; returns (files added, shard subdirectories).
+
+    One ``os.listdir`` and one regex pass over the joined names (no per-file ``stat`` or Python
+    loop over non-matching names): ~0.3 s for 230,000 files (bench/sources.md)."""
+    names = os.listdir(directory)
+    added = 0
+    for match in _NAMES.finditer("\n".join(names)):
+        entry, fmt = (match.group(3), "pdb") if match.group(3) else (match.group(1).lower(), match.group(2))
+        previous = found.get(entry)
+        if previous is None or (fmt == "cif" and not previous.endswith(".cif.gz")):
+            added += previous is None
+            found[entry] = prefix + match.group(0)
+    shards = [] if prefix else [n for n in names if _SHARD.match(n) and os.path.isdir(os.path.join(directory, n))]
     return added, shards
 
 
