@@ -129,15 +129,15 @@ def resolve_entries(pdb: Mapping[str, Any], base_dir: str | Path, cache_dir: str
                             f"{len(known.removed)} removed entries")
         _drop(result, {e: known.removed_reason(e) for e in result.entries if e in known.removed and e not in known.released})
     if listing is not None and spec != ALL:
-        _drop(result, {e: _absent_reason(e, source, known) for e in result.entries if e not in listing.entries})
+        _drop(result, {e: _absent_reason(e, source) for e in result.entries if e not in listing.entries})
     _apply_dates(result, source if listing is not None else None, known, date_min, date_max)
     _require_some(result, len(items))
     return result
 
 
-def _absent_reason(entry: str, source: str, known: hold.Holdings | None) -> str:
-    if known is not None and entry in known.removed:
-        return known.removed_reason(entry).replace("in the wwPDB holdings", f"(not in the mirror {source})")
+def _absent_reason(entry: str, source: str) -> str:
+    """Report reason for a listed ID with no file in the mirror (holdings-obsolete ones are
+    reported before, with their successor)."""
     return f"entry {entry} is not in the mirror {source} (obsolete, or not mirrored); left out"
 
 
