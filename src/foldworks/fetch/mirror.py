@@ -20,6 +20,7 @@ from pathlib import Path
 #: file name -> (entry, format); group 1/2 = id for ``<id>.<fmt>.gz``, group 3 = id for pdbXXXX.ent.gz
 _NAME = re.compile(r"^(?:([0-9][A-Za-z0-9]{3})\.(cif|pdb)\.gz|pdb([0-9][a-z0-9]{3})\.ent\.gz)$")
 _NAMES = re.compile(_NAME.pattern, re.MULTILINE)  # the same, over newline-joined names
+_CANONICAL = re.compile(r"^([0-9][a-z0-9]{3})\.cif\.gz$", re.MULTILINE)
 _SHARD = re.compile(r"^[a-z0-9]{2}$")
 #: Mirror manifest read for release dates, if present (columns ``pdb_id``/``entry`` and ``release_date``).
 MANIFEST_NAME = "MANIFEST.tsv"
@@ -57,8 +58,8 @@ def parse_name(name: str) -> tuple[str, str] | None:
 
 @dataclass
 class MirrorListing:
-    """Entries found in a mirror: ``{entry: relative path}`` (mmCIF preferred) and the layout
-    (``flat``, ``divided``, ``mixed`` or ``empty``)."""
+    """Entries found in a mirror: ``{entry: relative path}`` (mmCIF preferred; in listing order,
+    not sorted) and the layout (``flat``, ``divided``, ``mixed`` or ``empty``)."""
 
     entries: dict[str, str] = field(default_factory=dict)
     layout: str = "empty"
@@ -67,16 +68,24 @@ class MirrorListing:
 def _scan(directory: str, prefix: str, found: dict[str, str]) -> tuple[int, list[str]]:
     """Add ``directory``'s entry files to ``found``; returns (files added, shard subdirectories).
 
-    One ``os.listdir`` and one regex pass over the joined names (no per-file ``stat`` or Python
-    loop over non-matching names): ~0.3 s for 230,000 files (bench/sources.md)."""
+    One ``os.listdir`` and regex passes over the newline-joined names, no per-file ``stat``:
+    canonical ``<id>.cif.gz`` names (the whole of a wwPDB mmCIF mirror) in bulk, the other
+    accepted names only when present (bench/sources.md: 230,000 files)."""
     names = os.listdir(directory)
-    added = 0
-    for match in _NAMES.finditer("\n".join(names)):
-        entry, fmt = (match.group(3), "pdb") if match.group(3) else (match.group(1).lower(), match.group(2))
-        previous = found.get(entry)
-        if previous is None or (fmt == "cif" and not previous.endswith(".cif.gz")):
-            added += previous is None
-            found[entry] = prefix + match.group(0)
+    joined = "\n".join(names)
+    canonical = _CANONICAL.findall(joined)
+    fresh = set(canonical).difference(found)
+    found.update({entry: f"{prefix}{entry}.cif.gz" for entry in fresh})
+    added = len(fresh)
+    if len(canonical) < len(names):  # other names: upper case, legacy PDB, shard directories, ...
+        for upper_id, fmt, ent_id in _NAMES.findall(joined):
+            if fmt == "cif" and upper_id == upper_id.lower():
+                continue  # canonical, done above
+            entry, fmt = (ent_id, "pdb") if ent_id else (upper_id.lower(), fmt)
+            previous = found.get(entry)
+            if previous is None or (fmt == "cif" and not previous.endswith(".cif.gz")):
+                added += previous is None
+                found[entry] = f"{prefix}{upper_id}.{fmt}.gz" if upper_id else f"{prefix}pdb{ent_id}.ent.gz"
     shards = [] if prefix else [n for n in names if _SHARD.match(n) and os.path.isdir(os.path.join(directory, n))]
     return added, shards
 
@@ -92,7 +101,7 @@ def list_mirror(directory: str | Path) -> MirrorListing:
     for shard in sorted(shards):
         divided += _scan(os.path.join(directory, shard), shard + "/", found)[0]
     layout = "mixed" if flat and divided else "flat" if flat else "divided" if divided else "empty"
-    return MirrorListing(entries=dict(sorted(found.items())), layout=layout)
+    return MirrorListing(entries=found, layout=layout)
 
 
 def manifest_release_dates(directory: str | Path) -> dict[str, str]:

@@ -93,7 +93,7 @@ def _items(spec: object, source: str, is_url: bool, known: hold.Holdings | None,
     assert listing is not None
     if not listing.entries:
         raise ValueError(f"pdb.entries: all: the mirror {source} holds no <id>.cif.gz or <id>.pdb.gz file")
-    return list(listing.entries)
+    return sorted(listing.entries)
 
 
 def _drop(result: EntryList, reasons: dict[str, str]) -> None:
@@ -120,7 +120,8 @@ def resolve_entries(pdb: Mapping[str, Any], base_dir: str | Path, cache_dir: str
     listing = mirror.list_mirror(source) if not is_url and (spec == ALL or Path(source).is_dir()) else None
     known, notes = _holdings(pdb, use_default=is_url and spec == ALL, cache_dir=cache_dir)
     items = _items(spec, source, is_url, known, base_dir, listing)
-    result = validate_entries(items)
+    # `all` comes from a listing or the holdings: already valid, unique, lower case
+    result = EntryList(entries=list(items)) if spec == ALL else validate_entries(items)  # type: ignore[arg-type]
     result.notes.extend(notes)
     if listing is not None:
         result.notes.append(f"source {source}: local mirror, {listing.layout} layout, {len(listing.entries)} entries")
