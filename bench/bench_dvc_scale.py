@@ -18,6 +18,8 @@ synthetic PDB ID: up to 36^2 = 1,296 shards, the wwPDB divided layout), then tim
 * ``modify-add``, ``modify-push``: change one file's bytes, ``dvc add`` again (the one affected
   target), ``dvc push`` (incremental upload).
 
+``--quick`` skips every step that needs the remote (push, pull, status-clone, modify-push).
+
 Wall seconds and peak RSS (MB, the DVC process tree) per step; writes a Markdown table. DVC runs
 with one job (``-j 1`` where it has the option) on the 2-core machine; ``nice`` it.
 """
@@ -103,8 +105,9 @@ def dvc_files(repo: Path, layout: str) -> list[str]:
     return [f"{t}.dvc" for t in targets(repo, layout)]
 
 
-def run_layout(layout: str, ids: list[str], base: Path) -> dict[str, tuple[float, float]]:
-    """Every step for one layout; ``{step: (seconds, peak RSS MB)}``."""
+def run_layout(layout: str, ids: list[str], base: Path, quick: bool = False) -> dict[str, tuple[float, float]]:
+    """Every step for one layout (``quick``: only add, status and the one-file change, no
+    remote); ``{step: (seconds, peak RSS MB)}``."""
     repo, remote, clone = base / f"{layout}-repo", base / f"{layout}-remote", base / f"{layout}-clone"
     init_repo(repo, remote)
     make_tree(repo / "data/parsed", ids)
@@ -116,17 +119,19 @@ def run_layout(layout: str, ids: list[str], base: Path) -> dict[str, tuple[float
     victim = repo / "data/parsed" / ids[len(ids) // 2][1:3] / f"{ids[len(ids) // 2]}.json"
     os.utime(victim)
     out["status-touch"] = peak_rss_mb([*DVC, "status", "-q"], repo)[:2]
-    out["push"] = peak_rss_mb([*DVC, "push", "-q", "-j", "1"], repo)[:2]
-    start = time.perf_counter()
-    git(base, "clone", "-q", str(repo), str(clone))
-    clone_s = time.perf_counter() - start
-    pull = peak_rss_mb([*DVC, "pull", "-q", "-j", "1"], clone)
-    out["pull"] = (pull[0] + clone_s, pull[1])
-    out["status-clone"] = peak_rss_mb([*DVC, "status", "-q"], clone)[:2]
+    if not quick:
+        out["push"] = peak_rss_mb([*DVC, "push", "-q", "-j", "1"], repo)[:2]
+        start = time.perf_counter()
+        git(base, "clone", "-q", str(repo), str(clone))
+        clone_s = time.perf_counter() - start
+        pull = peak_rss_mb([*DVC, "pull", "-q", "-j", "1"], clone)
+        out["pull"] = (pull[0] + clone_s, pull[1])
+        out["status-clone"] = peak_rss_mb([*DVC, "status", "-q"], clone)[:2]
     victim.write_text(victim.read_text() + "changed\n")
     affected = ["data/parsed"] if layout == "dir" else [f"data/parsed/{victim.parent.name}"]
     out["modify-add"] = peak_rss_mb([*DVC, "add", "-q", *affected], repo)[:2]
-    out["modify-push"] = peak_rss_mb([*DVC, "push", "-q", "-j", "1"], repo)[:2]
+    if not quick:
+        out["modify-push"] = peak_rss_mb([*DVC, "push", "-q", "-j", "1"], repo)[:2]
     out["dvc-files"] = (float(len(dvc_files(repo, layout))), 0.0)
     for path in (repo, remote, clone):
         shutil.rmtree(path, ignore_errors=True)
@@ -142,7 +147,8 @@ def table(files: int, results: dict[str, dict[str, tuple[float, float]]]) -> str
              "| step | " + " | ".join(f"{lay}: s | {lay}: MB" for lay in layouts) + " |",
              "|---|" + "---:|---:|" * len(layouts)]
     for step in STEPS:
-        cells = " | ".join(f"{results[lay][step][0]:.1f} | {results[lay][step][1]:.0f}" for lay in layouts)
+        cells = " | ".join(f"{results[lay][step][0]:.1f} | {results[lay][step][1]:.0f}" if step in results[lay]
+                           else "— | —" for lay in layouts)
         lines.append(f"| {step} | {cells} |")
     lines.append("| .dvc files | " + " | ".join(f"{int(results[lay]['dvc-files'][0])} | " for lay in layouts) + " |")
     return "\n".join(lines) + "\n"
@@ -153,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, nargs="+", default=[100_000])
     parser.add_argument("--layouts", nargs="+", default=["dir", "shards"], choices=["dir", "shards"])
     parser.add_argument("--workdir", default=tempfile.gettempdir())
+    parser.add_argument("--quick", action="store_true", help="skip push/pull (no remote): add, status, one change")
     parser.add_argument("--out", default=str(REPO / "bench/dvc_scale.md"))
     args = parser.parse_args(argv)
     sections = [f"# DVC at scale (bench/bench_dvc_scale.py, dvc {subprocess.run([*DVC, '--version'], capture_output=True, text=True).stdout.strip()})\n"]
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict[str, tuple[float, float]]] = {}
         for layout in args.layouts:
             with tempfile.TemporaryDirectory(dir=args.workdir, prefix="dvcbench-") as tmp:
-                results[layout] = run_layout(layout, ids, Path(tmp))
+                results[layout] = run_layout(layout, ids, Path(tmp), args.quick)
             print(layout, files, results[layout], flush=True)
         sections.append(table(files, results))
         Path(args.out).write_text("\n".join(sections))
