@@ -15,7 +15,7 @@ SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
 OVERRIDES := .make/overrides.yaml
 
-.PHONY: demo test setup venv sysdeps testdeps lint report clean-results lock help push pull
+.PHONY: demo test setup venv sysdeps testdeps lint report clean-results lock help push pull update-holdings
 
 help:
 	@echo "make demo   - set up, then run the whole workflow on $(CONFIG)"
@@ -23,6 +23,7 @@ help:
 	@echo "make demo PDB_SOURCE=../shared/pdb_mirror EXTRA_FASTA=../shared/seqdb/seqdb.fasta  (offline)"
 	@echo "make push   - after a run: record data/ and results/ with DVC, push them, list the files to commit"
 	@echo "make pull   - in a clone: dvc pull, check provenance, make Snakemake see everything up to date"
+	@echo "make update-holdings - re-download the wwPDB holdings now (pdb.entries: all with an https source)"
 
 setup: venv sysdeps
 
@@ -69,6 +70,13 @@ lint: setup
 lock: venv
 	@{ echo "# Full pinned environment (pip constraints). Regenerate with \`make lock\`."; \
 	   $(VPY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > requirements.lock
+
+# The wwPDB holdings behind `pdb.entries: all` (https source), cached in data/raw/holdings/;
+# the workflow refreshes them by itself only after pdb.holdings_max_age_days. HOLDINGS_URL: a
+# mirror of https://files.wwpdb.org/pub/pdb/holdings (URL or directory).
+HOLDINGS_URL ?= https://files.wwpdb.org/pub/pdb/holdings
+update-holdings: venv
+	PYTHONPATH=src $(VPY) -m foldworks.fetch.holdings --refresh --url $(HOLDINGS_URL)
 
 clean-results:
 	rm -rf results/checkpoints results/predictions results/metrics results/plots results/summary.tsv

@@ -14,16 +14,18 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH='{SRC_DIR}'${{{{PYTHONPATH:+
 import pandas as pd
 from snakemake.logging import logger
 
-from foldworks.fetch.entries import load_entries
+from foldworks.fetch.selection import resolve_entries
 from foldworks.ids import msa_relpath, normalize_entry, validate_experiment
 from foldworks.provenance import code_hash
 
 
-def read_entries(spec) -> tuple[list[str], list[dict]]:
-    """Config ``pdb: entries`` -> (valid de-duplicated IDs, refused items as failure-report rows).
+def read_entries(pdb) -> tuple[list[str], list[dict]]:
+    """Config ``pdb`` slice -> (selected IDs, refused/obsolete/absent items as failure-report rows).
 
-    Invalid IDs are skipped, not fatal (see foldworks.fetch.entries); each is logged here."""
-    result = load_entries(spec, workflow.basedir)
+    Not fatal: invalid, obsolete or missing entries are skipped and logged (foldworks.fetch.selection)."""
+    result = resolve_entries(pdb, workflow.basedir)
+    for note in result.notes:
+        logger.info(note)
     for problem in result.problems:
         logger.warning(problem["reason"])
     return result.entries, result.problems
@@ -36,7 +38,7 @@ def slice_json(*keys: str) -> str:
     return json.dumps({key: config[key] for key in keys}, sort_keys=True)
 
 
-ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"]["entries"])
+ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"])
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
 # Task of each experiment's family (structure / design); mismatched settings, unknown tasks and
 # bad init_from chains fail here, at config load, naming the experiment (imports torch).

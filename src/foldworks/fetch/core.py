@@ -1,6 +1,7 @@
 """Fetch one PDB entry from an https URL prefix or a local mirror directory.
 
-``fetch_entry`` tries ``<ID>.cif.gz`` then ``<ID>.pdb.gz``; it validates the bytes (see
+``fetch_entry`` tries ``<ID>.cif.gz`` then ``<ID>.pdb.gz`` (a local mirror may be flat or in the
+wwPDB divided layout ``<xy>/<id>.cif.gz``: :mod:`foldworks.fetch.mirror`); it validates the bytes (see
 :mod:`foldworks.fetch.validate`), converts legacy PDB to mmCIF, and only then writes
 ``data/raw/{entry}.cif.gz`` and the record JSON (``status: ok``) atomically. A failure raises
 :class:`FetchError` and leaves no file behind; :func:`failed_record` is the record the CLI then
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from foldworks import fsutil
-from foldworks.fetch import convert, validate
+from foldworks.fetch import convert, mirror, validate
 from foldworks.fetch.http import FetchError, NotFound, RetryPolicy, TransientError, http_get
 from foldworks.ids import normalize_entry
 
@@ -83,9 +84,9 @@ def classify_source(source: str) -> tuple[str, str]:
 
 
 def _read_local(directory: str, entry: str, fmt: str, max_bytes: int) -> tuple[str, bytes] | None:
-    """Bytes of ``<id>.<fmt>.gz`` (lower or upper case name) in ``directory``, or None if absent."""
-    for name in (f"{entry}.{fmt}.gz", f"{entry.upper()}.{fmt}.gz"):
-        path = Path(directory) / name
+    """Bytes of the entry's ``fmt`` file in a flat or wwPDB divided mirror (names and order:
+    :func:`foldworks.fetch.mirror.candidate_paths`), or None if absent."""
+    for path in mirror.candidate_paths(directory, entry, fmt):
         if path.is_file():
             try:
                 size = path.stat().st_size

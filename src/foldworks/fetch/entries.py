@@ -1,4 +1,12 @@
-"""The run's entry list (config ``pdb.entries``): validated PDB IDs plus the items refused.
+"""The run's entry list (config ``pdb``): validated PDB IDs plus the items refused.
+
+:func:`resolve_entries` reads the whole ``pdb`` slice: ``entries`` (a list, a file of IDs, or
+``all``: every entry of the source: a local mirror's listing, or for an http(s) source the wwPDB
+holdings), the release-date bounds ``release_date_min``/``release_date_max`` (applied where dates
+are known before fetching: see :func:`date_verdict`), and ``holdings`` (URL or directory of the
+wwPDB holdings files, :mod:`foldworks.fetch.holdings`). Obsolete entries (in the holdings'
+removed list) and listed IDs absent from a local mirror are left out and reported, naming the
+replacement when the holdings know it. :func:`load_entries` is the older list/file-only form.
 
 An item that is not a PDB ID (``../x``, ``12345``, a blank-separated pair, ...) never becomes a
 path, URL or command argument: it is left out of the run and reported (stage ``input`` in
@@ -14,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from foldworks.ids import InvalidIdentifier, normalize_entry
+from foldworks.ids import ENTRY_PATTERN, InvalidIdentifier, normalize_entry
 
 #: Characters kept when an invalid item is shown in a log line or the report (others -> '?').
 _SHOWN = re.compile(r"[^\x21-\x7e]")
@@ -27,6 +35,8 @@ class EntryList:
 
     entries: list[str] = field(default_factory=list)
     problems: list[dict[str, str]] = field(default_factory=list)
+    #: one-line log messages about the selection (source, layout, counts left out by date, ...)
+    notes: list[str] = field(default_factory=list)
 
 
 def shown(item: object) -> str:
@@ -53,9 +63,12 @@ def validate_entries(items: Iterable[object]) -> EntryList:
     """Split ``items`` into valid IDs (normalised, de-duplicated) and problem rows."""
     result = EntryList()
     counts: dict[str, int] = {}
+    valid = ENTRY_PATTERN.fullmatch
     for item in items:
+        # fast path for the common case (230,000 IDs at workflow load); same rule as normalize_entry
+        candidate = item.strip().lower() if isinstance(item, str) else None
         try:
-            entry = normalize_entry(item)  # type: ignore[arg-type]
+            entry = candidate if candidate and valid(candidate) else normalize_entry(item)  # type: ignore[arg-type]
         except InvalidIdentifier as exc:
             result.problems.append({"stage": "input", "key": shown(item),
                                     "reason": f"pdb.entries item {shown(item)!r} skipped: {_why(exc)}"})
@@ -77,10 +90,15 @@ def load_entries(spec: str | list[object], base_dir: str | Path) -> EntryList:
     """
     items = read_entry_file(spec, base_dir) if isinstance(spec, str) else list(spec)
     result = validate_entries(items)
+    _require_some(result, len(items))
+    return result
+
+
+def _require_some(result: EntryList, count: int) -> None:
+    """Raise ``ValueError`` when no entry is left (the problems say why)."""
     if not result.entries:
         examples = "; ".join(p["reason"] for p in result.problems[:3]) or "the list is empty"
-        raise ValueError(f"pdb.entries: no valid PDB ID among {len(items)} item(s) ({examples})")
-    return result
+        raise ValueError(f"pdb.entries: no valid PDB ID among {count} item(s) ({examples})")
 
 
 def _why(exc: InvalidIdentifier) -> str:
