@@ -20,9 +20,9 @@ import sys
 from typing import Sequence
 
 from foldworks.logutil import setup_logging
-from foldworks.shards import read_manifest, stamp_of
+from foldworks.shards import stamp_of
 from foldworks.shards import stages
-from foldworks.shards.run import partial_path, run_items
+from foldworks.shards.run import old_rows, run_items
 
 STAGES = ("fetch", "parse", "msa", "features")
 
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          args.failures_dir, args.threads, args.timeout_s, args.max_attempts)
     else:
         work_dir = args.work_dir or f"data/msa_batches/mmseqs/{args.key}"
-        old = {**read_manifest(args.manifest), **read_manifest(partial_path(args.manifest))}
+        old = old_rows(args.manifest)
         plan_of = stages.mmseqs_planner(items, old, stamp, args.db_records, args.params, args.sequences_dir,
                                         args.msa_dir, args.failures_dir, work_dir, args.threads, args.timeout_s,
                                         args.max_attempts)

@@ -7,8 +7,11 @@ input digest or the stamp (code + params hash) differs from the manifest row, wh
 transient failure, or when an output is missing. One bad item never fails the shard job: it
 gets a ``failed`` row (and a failure record) and the loop continues.
 
-Rows of items finished so far go to ``shards/.<key>.partial.tsv`` as the job runs, so a shard
-job killed half-way (Slurm time limit, preemption) recomputes only the rest when rerun.
+Snakemake deletes a job's declared outputs before it runs the job, so the manifest alone cannot
+carry the stamps across runs: the job also keeps a copy, ``shards/.<key>.state.tsv`` (not a
+declared output), and appends the rows of items finished so far to ``shards/.<key>.partial.tsv``
+as it runs, so a shard job killed half-way (Slurm time limit, preemption) recomputes only the
+rest when rerun. Old rows are read from all three (partial newest).
 """
 
 from __future__ import annotations
@@ -46,8 +49,20 @@ class Counts:
 
 
 def partial_path(manifest: str | Path) -> Path:
+    """Rows finished by the running (or a killed) job of this shard."""
     path = Path(manifest)
     return path.with_name(f".{path.stem}.partial.tsv")
+
+
+def state_path(manifest: str | Path) -> Path:
+    """The copy of the last manifest that survives Snakemake's removal of the job's outputs."""
+    path = Path(manifest)
+    return path.with_name(f".{path.stem}.state.tsv")
+
+
+def old_rows(manifest: str | Path) -> dict[str, Row]:
+    """Rows of the shard's last runs: manifest, then its state copy, then the partial rows."""
+    return {**read_manifest(manifest), **read_manifest(state_path(manifest)), **read_manifest(partial_path(manifest))}
 
 
 def _compute(stage: str, item: str, plan: Plan, stamp: str, failures_dir: str | None) -> Row:
@@ -65,7 +80,7 @@ def run_items(stage: str, key: str, items: Sequence[str], manifest: str, stamp: 
               plan_of: Callable[[str], Plan], attempt: str = "", failures_dir: str | None = None) -> Counts:
     """Bring every item of shard ``key`` up to date and write its manifest (if changed)."""
     partial = partial_path(manifest)
-    old = {**read_manifest(manifest), **read_manifest(partial)}
+    old = old_rows(manifest)
     partial.parent.mkdir(parents=True, exist_ok=True)
     counts, rows, start = Counts(), [], time.perf_counter()
     with partial.open("a", encoding="utf-8") as progress:
@@ -90,6 +105,7 @@ def run_items(stage: str, key: str, items: Sequence[str], manifest: str, stamp: 
             progress.flush()
             LOG.info("%s shard %s: %d/%d %s %s (%.1f s)", stage, key, number, len(items), item, row.status,
                      time.perf_counter() - start)
+    write_manifest(state_path(manifest), rows, attempt)
     rewritten = write_manifest(manifest, rows, attempt)
     partial.unlink(missing_ok=True)
     LOG.info("%s shard %s: %d items, %d unchanged, %d computed (%d not ok); manifest %s", stage, key,
