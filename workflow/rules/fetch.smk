@@ -45,7 +45,7 @@ rule fetch:
 # The run's entries as one file (foldworks.entrylist): the rules over every entry (fetch_manifest,
 # chains, failures_report) pass it to their CLI instead of one path per entry, which would exceed
 # Linux's 128 KiB limit on one argument (MAX_ARG_STRLEN) from ~5,900 entries. Their inputs are
-# the shard manifests, for the DAG. The params trigger reruns this job only when the set of entries
+# the shard manifests (they order the DAG). The params trigger reruns this job only when the set of entries
 # changes (the digest ignores order and duplicates); otherwise the file and its mtime stay, and
 # its consumers are not rerun. In data/raw, so DVC versions it with the fetch records. `run:`, in
 # this process: a shell command could not carry the list either (conda: unused, house convention).

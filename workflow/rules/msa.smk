@@ -96,10 +96,12 @@ rule msa:
         members=msa_shard_items,
         search=MSA_SEARCH_PARAMS,
         tool=MSA_CFG["tool"],
-        timeout=float(MSA_CFG["timeout_s"]),
-        attempts=MSA_MAX_ATTEMPTS,
         code=MSA_SEARCH_CODE,
     threads: 1 if MSA_CFG["tool"] == "hhblits" else 2
+    resources:
+        # not params: a new timeout or number of attempts must not make finished shards outdated
+        msa_timeout_s=str(float(MSA_CFG["timeout_s"])),
+        msa_max_attempts=MSA_MAX_ATTEMPTS,
     conda:
         "../../envs/hhsuite.yaml"
     log:
@@ -107,7 +109,7 @@ rule msa:
     shell:
         "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
         " --manifest {output.manifest:q} --db-records {input.dbs} --params {params.search:q} --code {params.code}"
-        " --threads {threads} --timeout-s {params.timeout} --max-attempts {params.attempts}"
+        " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
         " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
         " --failures-dir data/failures 2>> {log:q}"
 
