@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_of = stages.mmseqs_planner(items, old, stamp, args.db_records, args.params, args.sequences_dir,
                                         args.msa_dir, args.failures_dir, work_dir, args.threads, args.timeout_s,
                                         args.max_attempts)
-    run_items(args.stage, args.key, items, args.manifest, stamp, plan_of, attempt, args.failures_dir)
+    run_items(args.stage, args.key, items, args.manifest, stamp, plan_of, attempt, args.failures_dir,
+              retry_failed=args.stage == "msa")
     if args.stage == "msa" and args.tool == "mmseqs":
         stages.remove_work_dir(args.work_dir or f"data/msa_batches/mmseqs/{args.key}")
     return 0

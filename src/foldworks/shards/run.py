@@ -77,8 +77,11 @@ def _compute(stage: str, item: str, plan: Plan, stamp: str, failures_dir: str | 
 
 
 def run_items(stage: str, key: str, items: Sequence[str], manifest: str, stamp: str,
-              plan_of: Callable[[str], Plan], attempt: str = "", failures_dir: str | None = None) -> Counts:
-    """Bring every item of shard ``key`` up to date and write its manifest (if changed)."""
+              plan_of: Callable[[str], Plan], attempt: str = "", failures_dir: str | None = None,
+              retry_failed: bool = False) -> Counts:
+    """Bring every item of shard ``key`` up to date and write its manifest (if changed).
+    ``retry_failed``: recompute ``failed`` items too (msa: a search that gave up is retried
+    whenever its shard runs)."""
     partial = partial_path(manifest)
     old = old_rows(manifest)
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +96,8 @@ def run_items(stage: str, key: str, items: Sequence[str], manifest: str, stamp: 
                 LOG.error("%s", reason)
             else:
                 kept = unchanged(old, item, plan.input_sha256, stamp)
+                if kept is not None and retry_failed and kept.status == "failed":
+                    kept = None
                 if kept is not None and all(Path(p).exists() for p in plan.outputs) and plan.verify(kept):
                     rows.append(kept)
                     counts.kept += 1

@@ -171,8 +171,11 @@ def mmseqs_planner(items: Sequence[str], manifest_rows: dict[str, Row], stamp: s
 
     queries = {h: Path(sequences_dir) / h[:2] / f"{h}.fasta" for h in items}
     a3ms = {h: Path(msa_dir).parent / msa_relpath(h) for h in items}
-    todo = [h for h in items if queries[h].is_file() and not (
-        unchanged(manifest_rows, h, msa_input_digest(queries[h], db_records), stamp) and a3ms[h].exists())]
+    def current(h: str) -> bool:
+        row = unchanged(manifest_rows, h, msa_input_digest(queries[h], db_records), stamp)
+        return row is not None and row.status == "ok" and a3ms[h].exists()
+
+    todo = [h for h in items if queries[h].is_file() and not current(h)]
     statuses: dict[str, int] = {}
     if todo:
         search = json.loads(params)
