@@ -79,8 +79,8 @@ class ShardIndex:
     def __init__(self, table: pd.DataFrame, msa_chars: int) -> None:
         passed = table[table["passed_filters"]]
         entries, hashes = passed["entry"].astype(str), passed["sequence_hash"].astype(str)
-        targets = entries + "_" + passed["chain"].astype(str)
-        frame = pd.DataFrame({"key": entries.str[1:3], "item": targets + ":" + hashes,
+        targets = entries.str.cat(passed["chain"].astype(str), sep="_")
+        frame = pd.DataFrame({"key": entries.str[1:3], "item": targets.str.cat(hashes, sep=":"),
                               "split": passed["split"].astype(str), "hash": hashes,
                               "msa_key": hashes.str[:msa_chars]})
         #: entry shard -> "target:hash" items (features), sorted
