@@ -213,7 +213,9 @@ def test_msa_killed_mid_write_leaves_no_output_and_rerun_completes(point: str, m
 
 
 ENTRIES = ["1crn", "3u7t", "1ubq", "1aki", "4lzt", "2igd", "5pti", "1fki"]
-TARGETS = ["data/features/1crn_A.npz", "data/features/1ubq_A.npz"]
+# the features shards of 1crn and 1ubq (keys "cr", "ub"); their per-target files below
+TARGETS = ["data/features/shards/cr.tsv", "data/features/shards/ub.tsv"]
+TARGET_FILES = ["data/features/1crn_A.npz", "data/features/1ubq_A.npz"]
 
 
 def _snakemake(workdir: Path, hook_dir: Path, pause: dict | None, *args: str) -> subprocess.Popen:
@@ -276,17 +278,17 @@ def test_workflow_killed_during_msa_and_features_writes_then_rerun_completes(pdb
             os.killpg(proc.pid, signal.SIGKILL)
         _out, err = proc.communicate(timeout=60)
     assert killed and proc.returncode != 0, err[-3000:]
-    assert not any((workdir / t).exists() for t in TARGETS)
+    assert not any((workdir / t).exists() for t in TARGETS + TARGET_FILES)
     report = pd.read_csv(workdir / "results/failures.tsv", sep="\t", dtype=str, keep_default_na=False)
     failed = report[report["stage"] == "features"]
-    assert len(failed) == len(killed) and set(failed["key"]) <= {"1crn_A", "1ubq_A"}, report.to_string()
+    assert len(failed) == len(killed) and set(failed["key"]) <= {"cr", "ub"}, report.to_string()  # shard keys
     assert failed["reason"].str.startswith("job failed: ").all()
 
     # 3. The plain rerun (no --rerun-incomplete) completes and the report forgets the failures.
     proc = _snakemake(workdir, hook_dir, None, *TARGETS)
     _out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-4000:]
-    for target in TARGETS:
+    for target in TARGET_FILES:
         with np.load(workdir / target) as data:
             assert data["aatype"].shape[0] > 20
     report = pd.read_csv(workdir / "results/failures.tsv", sep="\t", dtype=str, keep_default_na=False)

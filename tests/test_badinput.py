@@ -198,8 +198,8 @@ def test_transient_failure_is_retried_by_the_next_run_only(bad_run, server: Faul
     dry = snakemake(workdir, "-n", "results/failures.tsv")
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stdout + dry.stderr
-    fetch_jobs = [line for line in text.splitlines() if line.startswith("Shell command: python -m foldworks.fetch ")]
-    assert len(fetch_jobs) == 1 and "--entry 9tmp" in fetch_jobs[0], text[-3000:]
+    fetch_jobs = [line for line in text.splitlines() if line.startswith("Shell command: python -m foldworks.shards fetch ")]
+    assert len(fetch_jobs) == 1 and "--key tm --items 9tmp " in fetch_jobs[0], text[-3000:]  # its shard only
     assert "Params have changed since last execution" in text
     hits_before = server.hits["/download/9TMP.cif.gz"]
     del server.faults["/download/9TMP.cif.gz"]  # the outage is over

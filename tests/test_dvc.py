@@ -318,7 +318,8 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     original = source.read_bytes()
     try:
         mutate_gly_to_ala(source, 20)
-        refetch = ("--forcerun", f"data/raw/{MUTATED_ENTRY}.json")  # how a changed entry is refetched
+        # its fetch shard (the ID's middle two characters) reruns and refetches only the changed file
+        refetch = ("--forcerun", f"data/raw/shards/{MUTATED_ENTRY[1:3]}.tsv")
         before = dry_run(work, *refetch)
         print(f"before the checkpoint: {before.summary()}")
         assert {rule: before.counts.get(rule, 0) for rule in ("fetch", "parse", "chains")} == \
@@ -339,7 +340,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     assert set(after.counts) <= {"msa", "features", "train", "predict", "evaluate", "evaluate_baseline", "report",
                                  "evaluate_design", "report_design",
                                  "fetch_manifest", "failures_report", "msa_summary", "all"}, after.counts
-    assert f"features/{MUTATED_ENTRY}_A.npz" in after.output
+    assert f"features/shards/{MUTATED_ENTRY[1:3]}.tsv" in after.output
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """The conda environments in envs/ agree with requirements.txt, and every rule whose stage runs
 HH-suite or MMseqs2 names envs/hhsuite.yaml (so `--software-deployment-method conda` gives it
 the binaries). The profiles: default is executor-agnostic, slurm picks partitions from the site
-variables, and `snakemake --profile slurm -n` batches per-entry jobs into bounded groups.
+variables, and `snakemake --profile slurm -n` plans one job per shard (no groups).
 Static checks plus two small dry runs (seconds each); no tools or cluster needed."""
 
 from __future__ import annotations
@@ -73,8 +73,12 @@ def conda_env_of(body: str) -> str | None:
 
 
 def stage_package(body: str) -> str | None:
-    match = re.search(r"python -m foldworks\.(\w+)", body)
-    return None if match is None else match.group(1)
+    """The package a rule's command runs; a shard job (`python -m foldworks.shards <stage>`)
+    runs its stage's package (foldworks.shards.stages calls the stage's per-item CLI)."""
+    match = re.search(r"python -m foldworks\.(\w+)(?: (\w+))?", body)
+    if match is None:
+        return None
+    return match.group(2) if match.group(1) == "shards" else match.group(1)
 
 
 def package_runs_tools(package: str) -> bool:
@@ -231,21 +235,23 @@ def test_profile_entry_points():
     assert local["executor"] == "local"
 
 
-def dry_run(tmp_path: Path, n: int, scenario: str) -> str:
-    """`snakemake --profile slurm -n` (as typed in the repo root) at ``n`` synthetic entries."""
+def dry_run(tmp_path: Path, n: int, scenario: str, make_ids=None) -> str:
+    """`snakemake --profile slurm -n` (as typed in the repo root) at ``n`` synthetic entries
+    (bench/bench_shards.py: IDs spread over the divided-layout keys, 3 chains per entry)."""
     import os
     import sys
+    import time
 
     sys.path.insert(0, str(REPO_ROOT / "bench"))
-    from bench_dryrun import SITE_ENV, fake_upstream_outputs, synthetic_ids
+    from bench_shards import SITE_ENV, fake_upstream, synthetic_ids
 
-    ids = synthetic_ids(n)
+    ids = (make_ids or synthetic_ids)(n)
     (tmp_path / "entries.txt").write_text("\n".join(ids) + "\n")
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     config["pdb"]["entries"] = str(tmp_path / "entries.txt")
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     if scenario == "after-chains":
-        fake_upstream_outputs(tmp_path, ids)
+        fake_upstream(tmp_path, ids, time.time() - 3600)
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, **SITE_ENV, "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -256,32 +262,49 @@ def dry_run(tmp_path: Path, n: int, scenario: str) -> str:
     return done.stdout + done.stderr
 
 
-def group_sizes(log: str) -> dict[str, list[int]]:
-    """Group name -> number of jobs in each of its group jobs, from a dry-run log."""
-    sizes: dict[str, list[int]] = {}
-    current = None
-    for line in log.splitlines():
-        header = re.search(r"\] Group job (\S+)", line)
-        if header:
-            current = header.group(1)
-            sizes.setdefault(current, []).append(0)
-        elif re.match(r"^    (?:rule|checkpoint) \w+:$", line) and current:
-            sizes[current][-1] += 1
-        elif re.match(r"^(?:rule|checkpoint) \w+:$", line):
-            current = None
-    return sizes
+def outputs_of(log: str, rule: str) -> list[str]:
+    """First output of every job of ``rule`` in a dry-run log."""
+    blocks = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", log, re.MULTILINE)
+    return [re.search(r"^    output: ([^,\s]+)", body, re.MULTILINE).group(1) for name, body in blocks if name == rule]
 
 
-def test_dry_run_batches_per_entry_jobs_into_bounded_groups(tmp_path):
-    """250 entries, batches of 100: 3 fetch and 3 parse group jobs (Snakemake alone would merge
-    them into one group of 250 on its second DAG pass; workflow/rules/common.smk keeps them)."""
-    sizes = group_sizes(dry_run(tmp_path, 250, "fresh"))
-    assert sorted(sizes["batch_fetch"]) == [50, 100, 100]
-    assert sorted(sizes["batch_parse"]) == [50, 100, 100]
+def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
+    """250 consecutive IDs (9a00 ...): one fetch and one parse job per divided-layout key (the
+    middle two characters), each running exactly that key's entries; no group jobs."""
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from bench_dryrun import synthetic_ids
+
+    log = dry_run(tmp_path, 250, "fresh", synthetic_ids)
+    shards: dict[str, list[str]] = {}
+    for entry in synthetic_ids(250):
+        shards.setdefault(entry[1:3], []).append(entry)
+    assert len(shards) == 7
+    assert sorted(outputs_of(log, "fetch")) == [f"data/raw/shards/{k}.tsv" for k in sorted(shards)]
+    assert sorted(outputs_of(log, "parse")) == [f"data/parsed/shards/{k}.tsv" for k in sorted(shards)]
+    for key, entries in shards.items():
+        assert f"fetch --key {key} --items {','.join(sorted(entries))} " in log
+    assert "Group job" not in log
 
 
-def test_dry_run_after_chains_batches_msa_and_features(tmp_path):
-    """After the checkpoint: one msa and one features job per chain, in groups of 20 and 100."""
-    sizes = group_sizes(dry_run(tmp_path, 45, "after-chains"))
-    assert sorted(sizes["batch_msa"]) == [5, 20, 20]
-    assert sizes["batch_features"] == [45]
+def test_dry_run_after_chains_has_one_job_per_msa_and_features_shard(tmp_path):
+    """After the checkpoint: one msa job per 3-hex-character hash prefix of the unique
+    sequences, one features job per entry shard."""
+    import pandas as pd
+
+    log = dry_run(tmp_path, 400, "after-chains")
+    table = pd.read_parquet(tmp_path / "data/chains.parquet")
+    prefixes = sorted({h[:3] for h in table["sequence_hash"]})
+    assert sorted(outputs_of(log, "msa")) == [f"data/msa/shards/{p}.tsv" for p in prefixes]
+    assert sorted(outputs_of(log, "features")) == [f"data/features/shards/{k}.tsv" for k in sorted(set(table["entry"].str[1:3]))]
+    assert "Group job" not in log
+
+
+def test_workflow_patches_no_snakemake_internals():
+    """The issue's check: no assignment to Snakemake classes or private functions in workflow/."""
+    done = subprocess.run(["grep", "-rnE", r"DAG\.|snakemake\.dag|_update_group|_check_groups|validate_group",
+                           str(REPO_ROOT / "workflow")], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    profile = yaml.safe_load((PROFILES / "slurm" / "config.yaml").read_text())
+    assert "groups" not in profile and "group-components" not in profile

@@ -4,7 +4,8 @@ One workflow directory, driven step by step: real mirror entries → chains → 
 database built from seqdb records → hhblits per unique sequence. Then: a second run does
 nothing; a rebuilt byte-identical database reruns no MSA; a new entry schedules MSA jobs only
 for its new sequence (seen by `snakemake -n` after the chains checkpoint ran); a changed
-search parameter or database content reruns them all; a sequence whose search keeps failing
+search parameter or database content reruns them all (jobs are msa shards: 3-hex-character
+hash prefixes); a sequence whose search keeps failing
 (a real hhblits timeout) is retried, recorded and refused by the features stage unless
 single-sequence fallback is allowed. A second directory runs the batched mmseqs backend.
 """
@@ -40,6 +41,21 @@ def jobs(result: subprocess.CompletedProcess, rule: str) -> list[str]:
         if name == rule and match:
             found.append(match.group(1))
     return found
+
+
+def shards_of(a3m_paths) -> list[str]:
+    """The msa shard manifests (3-hex-character hash prefixes) of some a3m paths, sorted."""
+    return sorted({f"data/msa/shards/{Path(p).stem[:3]}.tsv" for p in a3m_paths})
+
+
+def aligned(workdir: Path) -> dict[str, str]:
+    """``{sequence hash: status}`` over every msa shard manifest."""
+    from foldworks.shards import read_manifest
+
+    rows = {}
+    for manifest in (workdir / "data/msa/shards").glob("*.tsv"):
+        rows.update({item: row.status for item, row in read_manifest(manifest).items()})
+    return rows
 
 
 def nothing_to_do(workdir: Path, target: str = "data/msa/summary.tsv") -> bool:
@@ -99,7 +115,10 @@ def test_first_run_aligns_each_unique_sequence_once(wf):
     result = ok(snakemake(wf, "data/msa/summary.tsv"))
     expected = expected_msas(wf)
     assert len(expected) == 3
-    assert sorted(jobs(result, "msa")) == sorted(expected), "one msa job per unique sequence"
+    assert sorted(jobs(result, "msa")) == shards_of(expected), "one msa job per shard of unique sequences"
+    assert sorted(aligned(wf)) == sorted(Path(p).stem for p in expected), "each sequence aligned once"
+    logs = "".join(p.read_text() for p in (wf / "logs/msa").glob("*.log"))
+    assert logs.count(" computed (0 not ok)") == len(jobs(result, "msa"))
     assert jobs(result, "msa_db") == ["data/msa_db/small_a3m.ffdata"]
     record = json.loads((wf / "data/msa_db/small.json").read_text())
     for path, sequence in expected.items():
@@ -143,7 +162,7 @@ def test_new_entry_schedules_only_its_new_sequences(wf):
     new = expected_msas(wf)
     assert set(old) < set(new) and len(new) == len(old) + 1
     planned = jobs(ok(snakemake(wf, "-n", "data/msa/summary.tsv")), "msa")
-    assert planned == sorted(set(new) - set(old))
+    assert planned == shards_of(set(new) - set(old))
     before = snapshot(wf)
     ran = jobs(ok(snakemake(wf, "data/msa/summary.tsv")), "msa")
     assert ran == planned
@@ -154,7 +173,7 @@ def test_new_entry_schedules_only_its_new_sequences(wf):
 def test_search_parameter_change_plans_every_msa(wf):
     set_config(wf, "msa.hhfilter", {"id": 98})
     planned = jobs(ok(snakemake(wf, "-n", "data/msa/summary.tsv")), "msa")
-    assert sorted(planned) == sorted(expected_msas(wf))
+    assert sorted(planned) == shards_of(expected_msas(wf))
     set_config(wf, "msa.hhfilter", {"id": 99})
     # timeout, retries and the fallback policy are not search parameters
     set_config(wf, "msa.timeout_s", 300)
@@ -171,42 +190,49 @@ def test_changed_database_reruns_every_msa(wf):
     result = ok(snakemake(wf, "data/msa/summary.tsv"))
     after = json.loads((wf / "data/msa_db/small.json").read_text())["content_sha256"]
     assert after != before
-    assert sorted(jobs(result, "msa")) == sorted(expected_msas(wf))
+    assert sorted(jobs(result, "msa")) == shards_of(expected_msas(wf))
     for path in expected_msas(wf):
         assert read_header((wf / path).read_text())["databases"] == {"small": after[:16]}
 
 
 def test_failing_search_is_retried_recorded_and_refused(wf):
-    """A real hhblits timeout on every attempt: 2 attempts (retries: 1), then a failure record
-    and a query-only placeholder; the features job of that chain refuses (failure record) while
-    `--keep-going` builds the others; allowing single-sequence fallback then builds it, marked."""
+    """A real hhblits timeout on every attempt: 2 attempts inside the shard job (retries: 1),
+    then a failure record, a query-only placeholder and a `failed` manifest row; the features
+    shard refuses that chain (failure record, `failed` row) and builds the others, and no job
+    fails; allowing single-sequence fallback then builds it, marked."""
     set_config(wf, "msa.timeout_s", 0.01)
     set_config(wf, "msa.retries", 1)
     set_config(wf, "pdb.entries", ENTRIES + ["4lzt", "5pti", "2igd"])
     ok(snakemake(wf, "data/chains.parquet"))
     table = pd.read_parquet(wf / "data/chains.parquet")
     passed = table[table["passed_filters"]]
-    targets = [f"data/features/{e}_{c}.npz" for e, c in zip(passed["entry"], passed["chain"])]
+    targets = sorted({f"data/features/shards/{e[1:3]}.tsv" for e in passed["entry"]})
     failing = passed[passed["entry"] == "2igd"].iloc[0]
     seq_hash, target = failing["sequence_hash"], f"2igd_{failing['chain']}"
-    result = snakemake(wf, "--keep-going", *targets)
-    assert result.returncode != 0
-    assert jobs(result, "msa") == [f"data/{msa_relpath(seq_hash)}"] * 2, "two attempts of one job"
+    result = ok(snakemake(wf, "--keep-going", *targets))
+    assert jobs(result, "msa") == [f"data/msa/shards/{seq_hash[:3]}.tsv"], "one job: the new sequence's shard"
+    log = (wf / f"logs/msa/{seq_hash[:3]}.log").read_text()
+    assert "attempt 1 of 2 failed, will be retried" in log and "attempt 2 of 2 failed, giving up" in log
     record = json.loads((wf / f"data/failures/msa/{seq_hash}.json").read_text())
     assert record["stage"] == "msa" and "timed out" in record["reason"]
+    assert aligned(wf)[seq_hash] == "failed"
     text = (wf / f"data/{msa_relpath(seq_hash)}").read_text()
     assert read_header(text)["status"] == "failed" and len(a3m_records(text)) == 1
     refusal = json.loads((wf / f"data/failures/features/{target}.json").read_text())
     assert refusal["stage"] == "features" and "no MSA for sequence" in refusal["reason"]
     assert not (wf / f"data/features/{target}.npz").exists()
-    assert all((wf / t).exists() for t in targets if target not in t), "other chains completed"
+    from foldworks.shards import read_manifest
+
+    assert read_manifest(wf / "data/features/shards/ig.tsv")[target].status == "failed"
+    others = [f"data/features/{e}_{c}.npz" for e, c in zip(passed["entry"], passed["chain"]) if f"{e}_{c}" != target]
+    assert all((wf / t).exists() for t in others), "other chains completed"
     summary = ok(snakemake(wf, "data/msa/summary.tsv"))
     assert "failed" in (wf / "data/msa/summary.tsv").read_text() and not jobs(summary, "msa")
 
     set_config(wf, "msa.allow_single_sequence_fallback", True)
     result = ok(snakemake(wf, *targets))
     # the policy is a features param (so turning it off again refuses such chains again)
-    assert not jobs(result, "msa") and f"data/features/{target}.npz" in jobs(result, "features")
+    assert not jobs(result, "msa") and "data/features/shards/ig.tsv" in jobs(result, "features")
     from foldworks.features import load_features
 
     assert load_features(wf / f"data/features/{target}.npz")["msa_source"] == "single_sequence_fallback"
@@ -214,8 +240,8 @@ def test_failing_search_is_retried_recorded_and_refused(wf):
 
 
 def test_mmseqs_backend_batches_per_shard(tmp_path, pdb_mirror, seqdb_fasta):
-    """`msa.tool: mmseqs`: one batch job per shard of hashes (first hex character), the same
-    per-hash a3m files and contract; a second run does nothing."""
+    """`msa.tool: mmseqs`: one batch job per shard of hashes (first hex character,
+    `msa.mmseqs.shard_chars`), the same per-hash a3m files and contract; a second run does nothing."""
     require_tool("mmseqs")
     write_fasta(tmp_path / "db.fasta", select_records(seqdb_fasta))
     write_config(tmp_path, pdb_mirror, tool="mmseqs")
@@ -223,8 +249,8 @@ def test_mmseqs_backend_batches_per_shard(tmp_path, pdb_mirror, seqdb_fasta):
     result = ok(snakemake(tmp_path, "data/msa/summary.tsv"))
     expected = expected_msas(tmp_path)
     shards = {Path(p).stem[0] for p in expected}
-    assert sorted(jobs(result, "msa_mmseqs_batch")) == sorted(f"data/msa_batches/mmseqs/{s}" for s in shards)
-    assert sorted(jobs(result, "msa")) == sorted(expected)
+    assert sorted(jobs(result, "msa")) == sorted(f"data/msa/shards/{s}.tsv" for s in shards)
+    assert sorted(aligned(tmp_path)) == sorted(Path(p).stem for p in expected)
     for path, sequence in expected.items():
         text = (tmp_path / path).read_text()
         assert validate_a3m(text, sequence) == read_header(text)["depth"]

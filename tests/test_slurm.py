@@ -39,9 +39,7 @@ GPU_RULES = {"train", "predict"}
 # Four homolog pairs and two singletons: enough clusters for non-empty train/val/test splits.
 SLURM_ENTRIES = ["1aki", "4lzt", "1crn", "3u7t", "1stp", "2rtg", "1ubq", "5pti", "2igd", "1fki"]
 RUN_TIMEOUT_S = 900
-# Small batches so the tiny run's group jobs overlap; the profile's batch sizes are for 10^4+ entries.
-FAST_ARGS = ["--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
-             "--group-components", "batch_fetch=6", "batch_parse=6", "batch_msa=8", "batch_features=8"]
+FAST_ARGS = ["--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2"]
 # Validation fraction: 3 of the 12 chains (the default 0.15 leaves 1), so both DDP ranks get a share.
 VAL_FRACTION = 0.25
 
@@ -153,13 +151,14 @@ def test_cpu_steps_ran_in_cpu_partition_without_gpu(slurm_run):
         assert "gpu" not in job.get("GRES", "") + job.get("JOB_GRES", ""), job
 
 
-def test_per_entry_stages_were_batched(slurm_run):
+def test_per_item_stages_ran_one_slurm_job_per_shard(slurm_run):
+    """No group jobs: one Slurm job per entry shard (the ID's middle two characters) and stage."""
     _, jobs, stderr = slurm_run
     folders = [part for job in jobs for part in Path(job["StdOut"]).parts if part.startswith(("rule_", "group_"))]
-    fetch_batches = [name for name in folders if name == "group_batch_fetch_fetch"]
-    assert 1 <= len(fetch_batches) <= 3  # 10 entries in batches of <= 6 jobs
-    assert not [name for name in folders if name in {"rule_fetch", "rule_parse"}]
-    assert "Group job batch_fetch" in stderr
+    shards = {entry[1:3] for entry in SLURM_ENTRIES}
+    assert folders.count("rule_fetch") == len(shards) and folders.count("rule_parse") == len(shards)
+    assert not [name for name in folders if name.startswith("group_")]
+    assert "Group job" not in stderr
 
 
 def _context(log: Path) -> dict[str, str]:

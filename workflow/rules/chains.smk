@@ -4,7 +4,7 @@
 
 checkpoint chains:
     input:
-        parsed=expand("data/parsed/{entry}.json", entry=ENTRIES),  # for the DAG; the CLI reads the list
+        parsed=expand("data/parsed/shards/{shard}.tsv", shard=ENTRY_SHARDS),  # for the DAG; the CLI reads the list
         entries=ENTRY_LIST,
     output:
         table="data/chains.parquet",

@@ -12,8 +12,8 @@ from foldworks.failures import extra_argument, refresh_after_run
 
 rule failures_report:
     input:
-        records=expand("data/raw/{entry}.json", entry=ENTRIES),
-        parsed=expand("data/parsed/{entry}.json", entry=ENTRIES),
+        records=expand("data/raw/shards/{shard}.tsv", shard=ENTRY_SHARDS),
+        parsed=expand("data/parsed/shards/{shard}.tsv", shard=ENTRY_SHARDS),
         entries=ENTRY_LIST,  # the CLI reads this list, not one path per entry (128 KiB argument limit)
         table="data/chains.parquet",
     output:

@@ -1,29 +1,34 @@
-# Stage 5: one cached feature file per chain (sequence, MSA + deletions, masks, coordinates).
+# Stage 5: one cached feature file per chain (sequence, MSA + deletions, masks, coordinates),
+# built by one job per entry shard (data/features/shards/<key>.tsv); a target is rebuilt only
+# when its parsed entry, its sequence's a3m or the features code/params changed.
 # A chain whose MSA search failed (placeholder a3m, failure record in data/failures/msa/) gets
 # single-sequence features marked `msa_source: single_sequence_fallback` only when
-# `msa.allow_single_sequence_fallback` is true; otherwise its features job fails with an error
-# naming the chain and writes data/failures/features/<target>.json (training then cannot run
-# without it; `--keep-going` still finishes every other chain).
+# `msa.allow_single_sequence_fallback` is true; otherwise it is refused: no feature file, a
+# `failed` manifest row and data/failures/features/<target>.json (the shard job still succeeds
+# and builds every other chain; training skips chains without features, with a warning).
 
 
 rule features:
     input:
-        unpack(features_inputs),
+        unpack(features_shard_inputs),
     output:
-        "data/features/{entry}_{chain}.npz",
+        manifest="data/features/shards/{shard}.tsv",
+    wildcard_constraints:
+        shard=r"[a-z0-9]{2}",
     params:
-        cfg=lambda wildcards: json.dumps(
+        members=features_shard_items,
+        cfg=json.dumps(
             {**config["features"],
              "allow_single_sequence_fallback": MSA_CFG["allow_single_sequence_fallback"]},
             sort_keys=True,
         ),
-        failure=lambda wildcards: f"data/failures/features/{wildcards.entry}_{wildcards.chain}.json",
-        code=code_hash("features", "msa/a3m"),
+        code=code_hash("features", "msa/a3m", "shards"),
     conda:
         "../../envs/python.yaml"
     log:
-        "logs/features/{entry}_{chain}.log",
+        "logs/features/{shard}.log",
     shell:
-        "python -m foldworks.features --parsed {input.parsed} --chain {wildcards.chain}"
-        " --a3m {input.a3m} --target {wildcards.entry}_{wildcards.chain} --out {output}"
-        " --params {params.cfg:q} --failure-record {params.failure} 2> {log}"
+        "python -m foldworks.shards features --key {wildcards.shard} --items {params.members}"
+        " --manifest {output.manifest:q} --parse-manifest {input.parsed:q} --msa-manifests {input.msa}"
+        " --params {params.cfg:q} --code {params.code} --parsed-dir data/parsed --msa-dir data/msa"
+        " --features-dir data/features --failures-dir data/failures 2> {log:q}"

@@ -21,10 +21,9 @@ from foldworks.msa.config import build_spec, resolve_msa_config, search_slice
 MSA_CFG = resolve_msa_config(config["msa"])
 MSA_DBS = {db["name"]: db for db in MSA_CFG["databases"]}
 MSA_MAX_ATTEMPTS = int(MSA_CFG["retries"]) + 1
-MSA_SHARD_CHARS = int(MSA_CFG["mmseqs"]["shard_chars"])
 MSA_SEARCH_PARAMS = json.dumps(search_slice(MSA_CFG), sort_keys=True)
 MSA_SEARCH_CODE = code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
-                            "msa/mmseqs_search", "msa/ffindex")
+                            "msa/mmseqs_search", "msa/ffindex", "shards")
 
 
 checkpoint msa_db:
@@ -73,76 +72,46 @@ checkpoint msa_db_external:
         " --record {output.record} 2> {log}"
 
 
-if MSA_CFG["tool"] == "hhblits":
+# One job per sequence-hash shard (data/msa/shards/<prefix>.tsv): the passed chains' unique
+# sequences whose hash starts with the prefix (SEQ_SHARD_CHARS = 3 hex characters, 4,096 shards
+# of ~30 sequences at ~120,000; with mmseqs `msa.mmseqs.shard_chars`, as its batches profit from
+# size). Each unique sequence is aligned exactly once; a sequence is searched again only when
+# its query, a database record or the search code/params changed. A failing search is retried
+# inside the job (timeout doubled per attempt, `msa.retries`), then recorded: failure record +
+# placeholder a3m, a `failed` manifest row, and the job still succeeds. Snakemake's own
+# `retries` (profiles) only cover a killed job (memory, time limit); its items done so far are
+# kept (data/msa/shards/.<prefix>.partial.tsv). The shard's hashes are a param, so a new entry
+# reruns only the shards that gain a sequence (the queries are content-addressed, never rewritten).
+MSA_SHARD_CHARS = SEQ_SHARD_CHARS if MSA_CFG["tool"] == "hhblits" else int(MSA_CFG["mmseqs"]["shard_chars"])
 
-    rule msa:
-        input:
-            query="data/sequences/{xx}/{seqhash}.fasta",
-            dbs=msa_rules.record_paths(MSA_CFG["databases"]),
-        output:
-            "data/msa/{xx}/{seqhash}.a3m",
-        params:
-            search=MSA_SEARCH_PARAMS,
-            failure=lambda wildcards: f"data/failures/msa/{wildcards.seqhash}.json",
-            code=MSA_SEARCH_CODE,
-        threads: 1
-        retries: MSA_MAX_ATTEMPTS - 1
-        resources:
-            # not params: a new attempt or timeout must not make finished alignments outdated
-            msa_attempt=lambda wildcards, attempt: attempt,
-            msa_max_attempts=MSA_MAX_ATTEMPTS,
-            msa_timeout_s=lambda wildcards, attempt: str(float(MSA_CFG["timeout_s"]) * 2 ** (attempt - 1)),
-        conda:
-            "../../envs/hhsuite.yaml"
-        log:
-            "logs/msa/{xx}/{seqhash}.log",
-        shell:
-            "python -m foldworks.msa.search --query {input.query} --db-records {input.dbs} --out {output}"
-            " --threads {threads} --params {params.search:q} --timeout-s {resources.msa_timeout_s}"
-            " --attempt {resources.msa_attempt} --max-attempts {resources.msa_max_attempts}"
-            " --failure-record {params.failure} 2>> {log}"
 
-else:
-
-    rule msa_mmseqs_batch:
-        input:
-            queries=lambda wildcards: msa_rules.shard_queries(chain_table(), wildcards.shard),
-            dbs=msa_rules.record_paths(MSA_CFG["databases"]),
-        output:
-            temp(directory("data/msa_batches/mmseqs/{shard}")),
-        wildcard_constraints:
-            shard="[0-9a-f]{%d}" % MSA_SHARD_CHARS,
-        params:
-            search=MSA_SEARCH_PARAMS,
-            code=MSA_SEARCH_CODE,
-        threads: 2
-        retries: MSA_MAX_ATTEMPTS - 1
-        resources:
-            msa_attempt=lambda wildcards, attempt: attempt,
-            msa_max_attempts=MSA_MAX_ATTEMPTS,
-            msa_timeout_s=lambda wildcards, attempt: str(float(MSA_CFG["timeout_s"]) * 2 ** (attempt - 1)),
-        conda:
-            "../../envs/hhsuite.yaml"
-        log:
-            "logs/msa_batches/mmseqs/{shard}.log",
-        shell:
-            "python -m foldworks.msa.mmseqs_search --queries {input.queries} --db-records {input.dbs}"
-            " --out-dir {output} --threads {threads} --params {params.search:q}"
-            " --timeout-s {resources.msa_timeout_s} --attempt {resources.msa_attempt}"
-            " --max-attempts {resources.msa_max_attempts} --failure-dir data/failures/msa 2>> {log}"
-
-    rule msa:
-        input:
-            batch=lambda wildcards: f"data/msa_batches/mmseqs/{wildcards.seqhash[:MSA_SHARD_CHARS]}",
-        output:
-            "data/msa/{xx}/{seqhash}.a3m",
-        localrule: True
-        conda:
-            "../../envs/hhsuite.yaml"
-        log:
-            "logs/msa/{xx}/{seqhash}.log",
-        shell:
-            "cp {input.batch}/{wildcards.seqhash}.a3m {output} 2> {log}"
+rule msa:
+    input:
+        dbs=msa_rules.record_paths(MSA_CFG["databases"]),
+    output:
+        manifest="data/msa/shards/{shard}.tsv",
+    wildcard_constraints:
+        shard="[0-9a-f]{%d}" % MSA_SHARD_CHARS,
+    params:
+        members=msa_shard_items,
+        search=MSA_SEARCH_PARAMS,
+        tool=MSA_CFG["tool"],
+        code=MSA_SEARCH_CODE,
+    threads: 1 if MSA_CFG["tool"] == "hhblits" else 2
+    resources:
+        # not params: a new timeout or number of attempts must not make finished shards outdated
+        msa_timeout_s=str(float(MSA_CFG["timeout_s"])),
+        msa_max_attempts=MSA_MAX_ATTEMPTS,
+    conda:
+        "../../envs/hhsuite.yaml"
+    log:
+        "logs/msa/{shard}.log",
+    shell:
+        "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
+        " --manifest {output.manifest:q} --db-records {input.dbs} --params {params.search:q} --code {params.code}"
+        " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
+        " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
+        " --failures-dir data/failures 2>> {log:q}"
 
 
 rule msa_summary:

@@ -1,23 +1,26 @@
-# Stage 2: clean each entry with gemmi into per-chain atom37 arrays + metadata.
+# Stage 2: clean each entry with gemmi into per-chain atom37 arrays + metadata, one job per entry
+# shard (data/parsed/shards/<key>.tsv); an entry is reparsed only when its fetch record (which
+# holds the stored file's sha256) or the parse code/params changed.
 # Input is the fetch record: a failed fetch becomes a `status: failed` parsed entry (the chains
 # stage lists and skips it); an ok record's stored file is checked against its sha256 first.
 
 
 rule parse:
     input:
-        record="data/raw/{entry}.json",
+        fetched="data/raw/shards/{shard}.tsv",
     output:
-        npz="data/parsed/{entry}.npz",
-        json="data/parsed/{entry}.json",
+        manifest="data/parsed/shards/{shard}.tsv",
+    wildcard_constraints:
+        shard=r"[a-z0-9]{2}",
     params:
-        raw=lambda wildcards: f"data/raw/{wildcards.entry}.cif.gz",
+        members=entry_shard_items,
         cfg=slice_json("parse"),
-        code=code_hash("parse", "fetch/convert"),
+        code=code_hash("parse", "fetch/convert", "shards"),
     conda:
         "../../envs/python.yaml"
     log:
-        "logs/parse/{entry}.log",
+        "logs/parse/{shard}.log",
     shell:
-        "python -m foldworks.parse --entry {wildcards.entry} --fetch-record {input.record:q} --input {params.raw:q}"
-        " --out-npz {output.npz:q} --out-json {output.json:q} --params {params.cfg:q}"
-        " --failures-dir data/failures 2> {log:q}"
+        "python -m foldworks.shards parse --key {wildcards.shard} --items {params.members} --manifest {output.manifest:q}"
+        " --fetch-manifest {input.fetched:q} --params {params.cfg:q} --code {params.code} --records-dir data/raw"
+        " --parsed-dir data/parsed --failures-dir data/failures 2> {log:q}"

@@ -9,7 +9,8 @@ sequence: ``sequence_hash, length, status, depth, tool, databases, reason`` wher
   reason is also in ``data/failures/msa/<hash>.json``;
 - ``invalid`` / ``missing``: the contract is broken: the check exits with status 1.
 
-``--list-failed`` prints the a3m paths of failed placeholders instead, e.g. to retry them:
+``--list-failed`` prints the msa shard manifests (``data/msa/shards/<prefix>.tsv``) holding
+failed placeholders instead, e.g. to retry them (a shard job retries its failed sequences):
 ``snakemake --forcerun $(python -m foldworks.msa.summary --list-failed --table data/chains.parquet)``.
 """
 
@@ -23,6 +24,7 @@ from typing import Sequence
 import pandas as pd
 
 from foldworks import fsutil
+from foldworks.shards import SEQ_SHARD_CHARS
 from foldworks.ids import msa_relpath
 from foldworks.logutil import setup_logging
 from foldworks.msa.a3m import A3MError, read_header, validate_a3m
@@ -67,13 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table", required=True, help="data/chains.parquet")
     parser.add_argument("--data-dir", default="data", help="directory holding msa/<xx>/<hash>.a3m")
     parser.add_argument("--out", help="summary TSV")
-    parser.add_argument("--list-failed", action="store_true", help="print a3m paths of failed placeholders")
+    parser.add_argument("--list-failed", action="store_true", help="print msa shard manifests with failed placeholders")
+    parser.add_argument("--shard-chars", type=int, default=SEQ_SHARD_CHARS, help="msa shard prefix length")
     args = parser.parse_args(argv)
     rows = summarize(pd.read_parquet(args.table), Path(args.data_dir))
     if args.list_failed:
-        for row in rows:
-            if row["status"] == "failed":
-                print(Path(args.data_dir) / msa_relpath(str(row["sequence_hash"])))
+        failed = {str(row["sequence_hash"])[:args.shard_chars] for row in rows if row["status"] == "failed"}
+        for prefix in sorted(failed):
+            print(Path(args.data_dir) / "msa" / "shards" / f"{prefix}.tsv")
         return 0
     setup_logging("msa_summary")
     if args.out:

@@ -1,0 +1,179 @@
+"""Shards, the workflow's unit of work at PDB scale, and their manifests.
+
+Entries are grouped by the wwPDB divided-layout key (the middle two characters of the ID,
+``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries) for
+``fetch``, ``parse`` and ``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
+hex characters of their hash for ``msa`` (4,096 shards, ~30 sequences each at ~120,000; see
+README "Shards"). One Snakemake job per shard loops over the shard's items.
+
+Inside a shard, work is content-addressed: the shard's manifest ``data/<stage>/shards/<key>.tsv``
+holds one row per item (``item``, ``status``, ``input_sha256``, ``stamp``, ``output_sha256``,
+``reason``); an item whose input digest and stamp (stage code hash + params hash) are unchanged,
+and whose outputs still exist, is not recomputed and its files are not touched. The manifest is
+rewritten (atomically) only when its content changes. Per-item files keep their formats and
+paths (``data/raw/{entry}.json``, ``data/parsed/{entry}.npz``, ``data/msa/<xx>/<hash>.a3m``,
+``data/features/{target}.npz``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from foldworks import fsutil
+from foldworks.ids import InvalidIdentifier, SEQUENCE_HASH_PATTERN, normalize_entry
+
+#: Hex characters of the sequence hash that name an msa shard (16**3 = 4,096 shards).
+SEQ_SHARD_CHARS = 3
+COLUMNS = ("item", "status", "input_sha256", "stamp", "output_sha256", "reason")
+#: Statuses: ``ok``; ``failed`` (permanent, cached like a result); ``transient`` (retried when
+#: the shard runs next; fetch only).
+STATUSES = ("ok", "failed", "transient")
+ATTEMPT_PREFIX = "# attempt="
+
+
+def entry_shard(entry: str) -> str:
+    """The divided-layout key of a PDB ID: its middle two characters (``1abc`` -> ``ab``)."""
+    return normalize_entry(entry)[1:3]
+
+
+def sequence_shard(seq_hash: str, chars: int = SEQ_SHARD_CHARS) -> str:
+    """The msa shard of a sequence hash: its first ``chars`` hex characters."""
+    if not SEQUENCE_HASH_PATTERN.fullmatch(seq_hash):
+        raise InvalidIdentifier(f"sequence hash {seq_hash!r}: expected 20 lower-case hex chars")
+    return seq_hash[:chars]
+
+
+def group_entries(entries: Iterable[str]) -> dict[str, list[str]]:
+    """``{shard key: sorted entries}`` for normalised entry IDs, keys sorted."""
+    shards: dict[str, list[str]] = {}
+    for entry in entries:
+        shards.setdefault(entry[1:3], []).append(entry)
+    return {key: sorted(shards[key]) for key in sorted(shards)}
+
+
+def manifest_path(stage_dir: str, key: str) -> str:
+    """``data/<stage>/shards/<key>.tsv`` for ``stage_dir`` ``data/<stage>``."""
+    return f"{stage_dir}/shards/{key}.tsv"
+
+
+def sha256_bytes(*parts: bytes | str) -> str:
+    """SHA-256 (hex) over the parts, each length-prefixed (so ("ab", "c") != ("a", "bc"))."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        digest.update(f"{len(data)}:".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes; ``"missing"`` when it does not exist."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return "missing"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One item of a shard manifest."""
+
+    item: str
+    status: str
+    input_sha256: str
+    stamp: str
+    output_sha256: str
+    reason: str = ""
+
+    def line(self) -> str:
+        reason = " ".join(self.reason.replace("\t", " ").split())[:300]
+        return "\t".join((self.item, self.status, self.input_sha256, self.stamp, self.output_sha256, reason))
+
+
+def _parse_lines(text: str) -> tuple[str, dict[str, Row]]:
+    attempt, rows = "", {}
+    for line in text.splitlines():
+        if line.startswith(ATTEMPT_PREFIX):
+            attempt = line[len(ATTEMPT_PREFIX):].strip()
+            continue
+        fields = line.split("\t")
+        if not line or line.startswith("#") or fields[0] == "item" or len(fields) < 5:
+            continue
+        rows[fields[0]] = Row(*fields[:5], fields[5] if len(fields) > 5 else "")
+    return attempt, rows
+
+
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Row]:
+    """``{item: Row}`` of a manifest (empty if it does not exist)."""
+    try:
+        return _parse_lines(Path(path).read_text(encoding="utf-8"))[1]
+    except FileNotFoundError:
+        return {}
+
+
+def read_attempt(path: str | os.PathLike[str]) -> tuple[str, dict[str, Row]]:
+    """(stored attempt token, rows) of a manifest; ``("", {})`` if it does not exist."""
+    try:
+        return _parse_lines(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "", {}
+
+
+def manifest_text(rows: Iterable[Row], attempt: str = "") -> str:
+    """The manifest file's text: optional attempt line, header, rows sorted by item."""
+    lines = [f"{ATTEMPT_PREFIX}{attempt}"] if attempt else []
+    lines.append("\t".join(COLUMNS))
+    lines += [row.line() for row in sorted(rows, key=lambda r: r.item)]
+    return "\n".join(lines) + "\n"
+
+
+def write_manifest(path: str | os.PathLike[str], rows: Iterable[Row], attempt: str = "") -> bool:
+    """Write the manifest atomically if its content changes; True if it was (re)written."""
+    text = manifest_text(rows, attempt)
+    target = Path(path)
+    try:
+        if target.read_text(encoding="utf-8") == text:
+            return False
+    except FileNotFoundError:
+        pass
+    fsutil.write_bytes_atomic(target, text.encode("utf-8"))
+    return True
+
+
+def fetch_attempt_token(path: str | os.PathLike[str]) -> str:
+    """The fetch rule's ``attempt`` param of one entry shard (Snakemake's params trigger).
+
+    The token the shard last ran with (``first`` before any run) while no item is ``transient``:
+    unchanged, so nothing reruns. With a transient failure (network, 5xx after every retry) a
+    new token, derived from those rows (their records hold the failure time), so the next
+    ``snakemake`` run reruns that shard, which refetches only the transient items."""
+    attempt, rows = read_attempt(path)
+    transient = sorted(row.item + row.output_sha256 for row in rows.values() if row.status == "transient")
+    if transient:
+        return "retry-" + sha256_bytes(*transient)[:16]
+    return attempt or "first"
+
+
+def stamp_of(code: str, params: str, *extra: str) -> str:
+    """An item's stamp: 16 hex characters over the stage's code hash, params and any extra."""
+    return sha256_bytes(code, params, *extra)[:16]
+
+
+def rows_by_item(manifests: Iterable[str | os.PathLike[str]]) -> dict[str, Row]:
+    """Every row of several manifests (upstream shards), keyed by item."""
+    merged: dict[str, Row] = {}
+    for path in manifests:
+        merged.update(read_manifest(path))
+    return merged
+
+
+def unchanged(old: Mapping[str, Row], item: str, input_sha256: str, stamp: str) -> Row | None:
+    """The old row of ``item`` if its input digest and stamp match and it is not transient."""
+    row = old.get(item)
+    if row is None or row.status == "transient" or row.input_sha256 != input_sha256 or row.stamp != stamp:
+        return None
+    return row

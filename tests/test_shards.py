@@ -1,0 +1,160 @@
+"""Shards (foldworks.shards): keys, manifests, and content addressing inside a shard job.
+
+The fetch and parse shard CLIs run for real on mirror entries (a local copy of three mirror
+files, so one can be changed); no Snakemake here (the workflow tests cover the DAG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from foldworks.shards import (Row, entry_shard, file_sha256, fetch_attempt_token, group_entries, read_attempt, read_manifest,
+                              sequence_shard, write_manifest)
+from foldworks.shards.__main__ import main as shard_main
+from foldworks.shards.run import partial_path, run_items, state_path
+from foldworks.shards.run import Plan
+from foldworks.shards.stages import shard_source_stamp
+
+ENTRIES = ["1crn", "1cbn", "1aki"]  # shards "cr", "cb", "ak"
+
+
+def test_keys_follow_the_divided_layout_and_hash_prefix():
+    assert entry_shard("1ABC") == "ab"
+    assert group_entries(["2abd", "1abc", "1xyz"]) == {"ab": ["1abc", "2abd"], "xy": ["1xyz"]}
+    assert sequence_shard("0123456789abcdef0123") == "012"
+    with pytest.raises(ValueError):
+        sequence_shard("../etc")
+
+
+def test_manifest_is_rewritten_only_when_its_content_changes(tmp_path):
+    path = tmp_path / "shards" / "ab.tsv"
+    rows = [Row("1abc", "ok", "i1", "s1", "o1"), Row("1abd", "failed", "i2", "s1", "none", "entry 1abd: bad\tfile")]
+    assert write_manifest(path, rows, "first")
+    before = path.stat().st_mtime_ns
+    assert not write_manifest(path, list(reversed(rows)), "first")  # same content, any order
+    assert path.stat().st_mtime_ns == before
+    attempt, read = read_attempt(path)
+    assert attempt == "first" and read["1abd"].reason == "entry 1abd: bad file"
+    assert write_manifest(path, rows[:1], "first") and list(read_manifest(path)) == ["1abc"]
+
+
+def test_attempt_token_is_stable_unless_an_item_failed_transiently(tmp_path):
+    path = tmp_path / "ab.tsv"
+    assert fetch_attempt_token(path) == "first"
+    write_manifest(path, [Row("1abc", "ok", "i", "s", "o")], "first")
+    assert fetch_attempt_token(path) == "first"
+    write_manifest(path, [Row("1abc", "transient", "i", "s", "o1")], "first")
+    retry = fetch_attempt_token(path)
+    assert retry.startswith("retry-")
+    write_manifest(path, [Row("1abc", "transient", "i", "s", "o2")], retry)  # failed again: new token
+    assert fetch_attempt_token(path) not in (retry, "first")
+    write_manifest(path, [Row("1abc", "ok", "i", "s", "o3")], retry)  # recovered: the token it ran with
+    assert fetch_attempt_token(path) == retry
+
+
+def _counting_plan(tmp_path: Path, inputs: dict[str, str], calls: list[str]):
+    def plan_of(item: str) -> Plan:
+        out = tmp_path / "out" / f"{item}.txt"
+
+        def compute():
+            calls.append(item)
+            if inputs[item] == "boom":
+                raise RuntimeError("bad input")
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(inputs[item])
+            return "ok", inputs[item], ""
+
+        return Plan(inputs[item], [str(out)], compute)
+
+    return plan_of
+
+
+def test_run_items_recomputes_only_changed_items_and_survives_a_bad_one(tmp_path):
+    manifest = str(tmp_path / "shards" / "ab.tsv")
+    inputs, calls = {"a": "1", "b": "2", "c": "boom"}, []
+    counts = run_items("demo", "ab", ["a", "b", "c"], manifest, "stamp1", _counting_plan(tmp_path, inputs, calls),
+                       failures_dir=str(tmp_path / "failures"))
+    assert (counts.computed, counts.failed) == (3, 1) and calls == ["a", "b", "c"]
+    rows = read_manifest(manifest)
+    assert rows["c"].status == "failed" and "bad input" in rows["c"].reason
+    assert json.loads((tmp_path / "failures/demo/c.json").read_text())["stage"] == "demo"
+    mtime = (tmp_path / "out/a.txt").stat().st_mtime_ns
+
+    os.unlink(manifest)  # Snakemake removes a job's outputs before rerunning it: the state copy remains
+    inputs.update(b="2b", c="3")
+    calls.clear()
+    counts = run_items("demo", "ab", ["a", "b", "c"], manifest, "stamp1", _counting_plan(tmp_path, inputs, calls))
+    assert calls == ["b", "c"] and counts.kept == 1
+    assert (tmp_path / "out/a.txt").stat().st_mtime_ns == mtime, "an unchanged item is not touched"
+    assert state_path(manifest).read_text() == Path(manifest).read_text()
+    assert not partial_path(manifest).exists()
+
+    calls.clear()
+    run_items("demo", "ab", ["a", "b", "c"], manifest, "stamp2", _counting_plan(tmp_path, inputs, calls))
+    assert calls == ["a", "b", "c"], "a new code/params stamp recomputes every item"
+
+
+def test_partial_rows_of_a_killed_job_are_reused(tmp_path):
+    manifest = tmp_path / "shards" / "ab.tsv"
+    manifest.parent.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/a.txt").write_text("1")
+    partial_path(manifest).write_text(Row("a", "ok", "1", "s", "1").line() + "\n")  # a killed run did "a"
+    calls: list[str] = []
+    run_items("demo", "ab", ["a", "b"], str(manifest), "s", _counting_plan(tmp_path, {"a": "1", "b": "2"}, calls))
+    assert calls == ["b"]
+
+
+def _fetch(tmp_path: Path, mirror: Path, key: str, entries: list[str]) -> int:
+    return shard_main(["fetch", "--key", key, "--items", ",".join(entries), "--manifest",
+                       str(tmp_path / f"data/raw/shards/{key}.tsv"), "--source", str(mirror), "--code", "c1",
+                       "--records-dir", str(tmp_path / "data/raw"), "--failures-dir", str(tmp_path / "data/failures")])
+
+
+def test_fetch_and_parse_shards_redo_only_the_changed_mirror_entry(tmp_path, pdb_mirror):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for entry in ("1crn", "1aki"):
+        shutil.copy2(pdb_mirror / f"{entry}.cif.gz", mirror)
+    (mirror / "1ckx.cif.gz").write_bytes(b"<html>not a structure</html>")  # a bad entry in the same shard
+    raw = tmp_path / "data/raw"
+    assert _fetch(tmp_path, mirror, "ck", ["1ckx"]) == 0
+    assert _fetch(tmp_path, mirror, "cr", ["1crn"]) == 0
+    rows = read_manifest(raw / "shards/ck.tsv")
+    assert rows["1ckx"].status == "failed" and "1ckx" in rows["1ckx"].reason
+    assert (tmp_path / "data/failures/fetch/1ckx.json").exists()
+
+    parse = ["parse", "--key", "cr", "--items", "1crn", "--manifest", str(tmp_path / "data/parsed/shards/cr.tsv"),
+             "--fetch-manifest", str(raw / "shards/cr.tsv"), "--records-dir", str(raw),
+             "--parsed-dir", str(tmp_path / "data/parsed"), "--failures-dir", str(tmp_path / "data/failures")]
+    assert shard_main(parse) == 0
+    parsed = read_manifest(tmp_path / "data/parsed/shards/cr.tsv")["1crn"]
+    assert parsed.status == "ok"
+    npz = tmp_path / "data/parsed/1crn.npz"
+    record_mtime, npz_mtime = (raw / "1crn.json").stat().st_mtime_ns, npz.stat().st_mtime_ns
+
+    stamp = shard_source_stamp(str(mirror), ["1crn"])
+    record_sha = file_sha256(raw / "1crn.json")
+    assert _fetch(tmp_path, mirror, "cr", ["1crn"]) == 0 and shard_main(parse) == 0  # nothing changed
+    assert (raw / "1crn.json").stat().st_mtime_ns == record_mtime and npz.stat().st_mtime_ns == npz_mtime
+
+    os.utime(mirror / "1crn.cif.gz", None)  # the mirror's file changed: the rule's param changes ...
+    assert shard_source_stamp(str(mirror), ["1crn"]) != stamp
+    assert _fetch(tmp_path, mirror, "cr", ["1crn"]) == 0  # ... and the shard refetches it
+    assert (raw / "1crn.json").stat().st_mtime_ns != record_mtime
+    # parse follows the record's content: reparsed only if the record changed (its fetch time has
+    # 1 s resolution, so a refetch within the same second writes an identical record)
+    record_changed = file_sha256(raw / "1crn.json") != record_sha
+    assert shard_main(parse) == 0
+    assert (npz.stat().st_mtime_ns != npz_mtime) == record_changed
+
+
+def test_cli_refuses_items_outside_the_shard(tmp_path):
+    with pytest.raises(SystemExit):
+        shard_main(["fetch", "--key", "ab", "--items", "1abc,1xyz", "--manifest", str(tmp_path / "m.tsv"),
+                    "--source", str(tmp_path)])
