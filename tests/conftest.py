@@ -58,3 +58,15 @@ def run_snakemake(workdir: Path, *args: str, timeout: int = 1200) -> subprocess.
     cmd = [str(bin_dir / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture()
+def one_torch_thread():
+    """One intra-op torch thread for the test: small tensors gain nothing from more, and
+    oversubscribed cores stall (torch imported here, so torch-free test modules stay torch-free)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

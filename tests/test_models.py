@@ -17,13 +17,7 @@ from foldworks.train.data import ChainDataset, collate, select_targets
 ENTRIES = ("1crn", "1ubq", "5pti", "2igd", "1l2y")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: small tensors gain nothing from more, and oversubscribed cores stall."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,7 @@ ENTRIES = ("1crn", "1ubq", "5pti")
 N, CA, C, O = (ATOM_ORDER[a] for a in ("N", "CA", "C", "O"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -27,12 +27,7 @@ TINY = {"n_blocks": 1, "c_m": 16, "c_z": 16, "c_s": 32, "n_struct_layers": 2, "c
         "c_hidden_opm": 8, "c_hidden_msa": 8, "c_hidden_tri": 8, "n_heads_ipa": 4, "c_resnet": 32, "c_plddt": 32}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
