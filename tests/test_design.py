@@ -305,3 +305,21 @@ def test_config_load_accepts_the_demo_and_the_snakefile_refuses_a_mismatch(tmp_p
     assert result.returncode != 0
     assert "experiment mpnn_bad: task 'structure' declared, but model 'mpnn' is a design family" in (
         result.stdout + result.stderr)
+
+
+def test_torch_free_catalogue_matches_the_registry_and_the_config_check_stays_torch_free() -> None:
+    """The Snakefile's experiment check reads foldworks.families, not the torch registry."""
+    import subprocess
+    import sys
+
+    from foldworks.models import MODEL_REGISTRY, model_task
+    from foldworks.families import FAMILY_TASKS
+
+    assert FAMILY_TASKS == {name: model_task(name) for name in MODEL_REGISTRY}
+    code = ("import sys, yaml; from foldworks.train.experiments import experiment_tasks; "
+            "tasks = experiment_tasks(yaml.safe_load(open('config/config.yaml'))['experiments']); "
+            "print(sorted(set(tasks.values()))); assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['design', 'structure']"

@@ -17,10 +17,12 @@ from typing import Any, Callable, TypeVar
 
 from torch import nn
 
+# TASKS: what a family computes: ``structure`` (coordinates; predict writes mmCIF, evaluate scores
+# lDDT/RMSD/TM) or ``design`` (sequence from backbone; predict writes FASTA, evaluate scores
+# recovery/perplexity). Defined in the torch-free catalogue that the config-load check reads.
+from foldworks.families import FAMILY_TASKS, TASKS  # noqa: F401
+
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {}
-#: What a family computes: ``structure`` (coordinates; predict writes mmCIF, evaluate scores lDDT/RMSD/TM)
-#: or ``design`` (sequence from backbone; predict writes FASTA, evaluate scores recovery/perplexity).
-TASKS: tuple[str, ...] = ("structure", "design")
 
 _M = TypeVar("_M", bound=type[nn.Module])
 

@@ -4,7 +4,8 @@ Each experiment's family decides its task (``structure`` or ``design``,
 :func:`foldworks.models.model_task`); the checks refuse, naming the experiment, an unknown model,
 an unknown or mismatched declared ``task``, settings of the other task (``predict`` sampling
 settings on a structure family), and ``init_from`` that names neither an experiment nor a
-``.ckpt`` path, or that forms a cycle. Imports torch (the model registry).
+``.ckpt`` path, or that forms a cycle. Torch-free: families and tasks come from
+:mod:`foldworks.families`, which a test keeps equal to the registry.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ class ExperimentConfigError(ValueError):
 
 def experiment_tasks(experiments: dict[str, dict[str, Any]]) -> dict[str, str]:
     """``{experiment: task}`` after checking every experiment; raises :class:`ExperimentConfigError`."""
-    from foldworks.models import MODEL_REGISTRY, TASKS, model_task
+    from foldworks.families import FAMILY_TASKS, TASKS
 
     tasks = {}
     for name, spec in experiments.items():
         model = spec.get("model")
-        if model not in MODEL_REGISTRY:
+        if model not in FAMILY_TASKS:
             raise ExperimentConfigError(f"experiment {name}: unknown model {model!r}; registered: "
-                                        f"{sorted(MODEL_REGISTRY)}")
-        task = model_task(model)
+                                        f"{sorted(FAMILY_TASKS)}")
+        task = FAMILY_TASKS[model]
         declared = spec.get("task", task)
         if declared not in TASKS:
             raise ExperimentConfigError(f"experiment {name}: unknown task {declared!r}; expected one of {list(TASKS)}")
