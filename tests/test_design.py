@@ -4,6 +4,7 @@ chaining (init_from / freeze) and the config-load checks, on real mirror chains.
 from __future__ import annotations
 
 import json
+import math
 import logging
 import os
 import re
@@ -323,3 +324,20 @@ def test_torch_free_catalogue_matches_the_registry_and_the_config_check_stays_to
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['design', 'structure']"
+
+
+def test_target_without_a_complete_backbone_is_reported_not_fatal(tmp_path: Path) -> None:
+    """A Cα-only chain (as 1FFK's in the demo) has nothing to design: NaN metrics, the rest goes on."""
+    import numpy as np
+
+    from foldworks.evaluate.design import score_target
+
+    fasta = tmp_path / "1ffk_A.fasta"
+    fasta.write_text(">1ffk_A native length=4 designed=0\nAGKL\n"
+                     ">1ffk_A sample=0 T=0.1 score=-2.0000 recovery=0.0000\nAAAA\n")
+    composition = np.full(20, 0.05)
+    args = ("1ffk_A", fasta, np.array([0, 7, 11, 10]), np.zeros(4, bool), np.ones(4), composition)
+    row = score_target(*args, masked_backbone=4)
+    assert row["designed"] == 0 and row["masked_backbone"] == 4 and math.isnan(row["recovery"])
+    scored = score_target(*args[:3], np.array([True, True, False, False]), *args[4:], masked_backbone=2)
+    assert scored["recovery"] == 0.5 and scored["designed"] == 2

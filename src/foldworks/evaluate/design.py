@@ -88,8 +88,13 @@ def score_target(target: str, fasta: Path, native_aatype: np.ndarray, designed: 
     letters = RESTYPES + "X"
     native = "".join(letters[a] for a in native_aatype)
     count = int(designed.sum())
-    if count == 0:
-        raise DesignEvaluationError(f"{target}: no designed residue (all backbones incomplete?)")
+    if count == 0:  # e.g. a Cα-only trace (1FFK): nothing to design or score; reported, not fatal
+        log.warning("%s: no residue with a complete N/CA/C/O backbone (%d resolved residues masked): "
+                    "recovery, perplexity and baselines are NaN for this target", target, masked_backbone)
+        nan = float("nan")
+        return {"target": target, "length": len(native), "designed": 0, "masked_backbone": masked_backbone,
+                "n_samples": len(samples), "recovery": nan, "recovery_best": nan, "perplexity": nan,
+                "baseline_mode_recovery": nan, "baseline_background_recovery": nan}
     recoveries, scores = [], []
     for sample in samples:
         seq = sample["sequence"]
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                split_targets(args.chains, ["test"]))
         write_design_metrics(args.out, rows)
         log.info("wrote %d rows to %s; mean recovery %.4f", len(rows), args.out,
-                 float(np.mean([r["recovery"] for r in rows])) if rows else float("nan"))
+                 float(np.nanmean([r["recovery"] for r in rows])) if rows else float("nan"))
         outputs = [args.out]
         if args.train_out is not None:
             train_dir = args.predictions / "train"
