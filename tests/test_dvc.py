@@ -259,7 +259,7 @@ def test_forced_evaluate_reproduces_the_pulled_metrics_byte_for_byte(run):
     mtimes = {p: p.stat().st_mtime_ns for p in (run.clone / "results/metrics").rglob("*.tsv")}
     forced = ("--forcerun", "evaluate", "evaluate_baseline", "evaluate_design")  # design experiments too
     plan = dry_run(run.clone, *forced)
-    assert plan.counts == {"evaluate": 2, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
+    assert plan.counts == {"evaluate": 3, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
                            "report_design": 1, "all": 1}
     smk(run.clone, "--cores", "2", *forced)
     assert all(p.stat().st_mtime_ns > mtime for p, mtime in mtimes.items()), "evaluate did not rewrite them"
@@ -332,10 +332,10 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     print(f"past the checkpoint: {after.summary()}")
     per_entry = {rule: after.counts.get(rule, 0) for rule in ("fetch", "parse", "msa_db", "msa", "features")}
     assert per_entry == {"fetch": 0, "parse": 0, "msa_db": 0, "msa": 1, "features": 1}, after.counts
-    # 2 structure + 2 design experiments (config/config.yaml's mpnn, mpnn_ft, shrunk by tiny_config)
+    # 3 structure (evoformer from config/config.yaml) + 2 design experiments (mpnn, mpnn_ft), shrunk by tiny_config
     assert {rule: after.counts[rule] for rule in ("train", "predict", "evaluate", "evaluate_baseline", "report",
                                                   "evaluate_design", "report_design")} \
-        == {"train": 4, "predict": 4, "evaluate": 2, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
+        == {"train": 5, "predict": 5, "evaluate": 3, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
             "report_design": 1}
     assert set(after.counts) <= {"msa", "features", "train", "predict", "evaluate", "evaluate_baseline", "report",
                                  "evaluate_design", "report_design",
@@ -356,7 +356,7 @@ def test_evaluation_only_config_or_code_edit_reruns_only_evaluate_and_report(run
     schema.write_text(text.replace(anchor, anchor + "      note: {type: string}\n"))
     assert "Nothing to be done" in smk(work, "-n")
     # the design experiments' evaluation (same evaluate slice and code) reruns too
-    expected = {"evaluate": 2, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2, "report_design": 1,
+    expected = {"evaluate": 3, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2, "report_design": 1,
                 "all": 1}
     config = yaml.safe_load((work / "tiny.yaml").read_text())
     config["evaluate"] = {"note": "rescored"}
@@ -384,7 +384,7 @@ def test_touching_tracked_files_or_checking_out_away_and_back_reruns_nothing(run
     sh(["git", "checkout", "-q", "main"], run.clone)
     assert "Nothing to be done" in smk(run.clone, "-n")
     sh(["git", "checkout", "-q", "side"], run.clone)
-    assert dry_run(run.clone).counts == {"evaluate": 2, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
+    assert dry_run(run.clone).counts == {"evaluate": 3, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,
                                          "report_design": 1, "all": 1}
     sh(["git", "checkout", "-q", "main"], run.clone)
     assert "Nothing to be done" in smk(run.clone, "-n")

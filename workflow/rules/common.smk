@@ -144,6 +144,14 @@ def all_msas(wildcards) -> list[str]:
     return manifests("data/msa", _chain_index()[1].msa)
 
 
+def msa_shard_queries(wildcards) -> list[str]:
+    """Query FASTA files of a msa shard's sequences (written by checkpoint `chains`, content-addressed,
+    never rewritten). As an input function it makes the rule depend on the checkpoint, which a
+    remote (Slurm jobstep) job needs before the shard's params may read the chain table."""
+    hashes = _chain_index()[1].msa.get(wildcards.shard) or []
+    return [f"data/sequences/{seq_hash[:2]}/{seq_hash}.fasta" for seq_hash in hashes]
+
+
 def msa_shard_items(wildcards) -> str:
     hashes = _chain_index()[1].msa.get(wildcards.shard)
     if not hashes:
