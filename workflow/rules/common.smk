@@ -144,12 +144,13 @@ def all_msas(wildcards) -> list[str]:
     return manifests("data/msa", _chain_index()[1].msa)
 
 
-def msa_shard_queries(wildcards) -> list[str]:
-    """Query FASTA files of a msa shard's sequences (written by checkpoint `chains`, content-addressed,
-    never rewritten). As an input function it makes the rule depend on the checkpoint, which a
-    remote (Slurm jobstep) job needs before the shard's params may read the chain table."""
-    hashes = _chain_index()[1].msa.get(wildcards.shard) or []
-    return [f"data/sequences/{seq_hash[:2]}/{seq_hash}.fasta" for seq_hash in hashes]
+def msa_shard_checkpoint(wildcards) -> list[str]:
+    """No files: evaluating the chain index makes the msa rule depend on checkpoint `chains` through an
+    input function, which a remote (Slurm jobstep) job needs before the shard's params may read the
+    chain table ("Rule parameter depends on checkpoint ..."). Returning files instead (the query
+    FASTA) would make them inputs that DVC does not version, so a pulled clone would rerun."""
+    _chain_index()
+    return []
 
 
 def msa_shard_items(wildcards) -> str:

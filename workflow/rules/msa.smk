@@ -88,7 +88,7 @@ MSA_SHARD_CHARS = SEQ_SHARD_CHARS if MSA_CFG["tool"] == "hhblits" else int(MSA_C
 rule msa:
     input:
         dbs=msa_rules.record_paths(MSA_CFG["databases"]),
-        queries=msa_shard_queries,
+        checkpoint=msa_shard_checkpoint,
     output:
         manifest="data/msa/shards/{shard}.tsv",
     wildcard_constraints:
