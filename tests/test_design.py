@@ -345,3 +345,14 @@ def test_target_without_a_complete_backbone_is_reported_not_fatal(tmp_path: Path
     assert row["designed"] == 0 and row["masked_backbone"] == 4 and math.isnan(row["recovery"])
     scored = score_target(*args[:3], np.array([True, True, False, False]), *args[4:], masked_backbone=2)
     assert scored["recovery"] == 0.5 and scored["designed"] == 2
+    # The NaN row must survive the metrics TSV and the design summary (the demo's report_design
+    # failed on "nan" cells read back as strings).
+    from foldworks.evaluate.design import write_design_metrics
+    from foldworks.report.design import summarise_design
+    from foldworks.report.summary import read_metric_table
+
+    write_design_metrics(tmp_path / "mpnn.tsv", [row, scored])
+    table = read_metric_table(tmp_path / "mpnn.tsv")
+    assert table["recovery"].isna().tolist() == [True, False]
+    (summary,) = summarise_design({"mpnn": table}, {}, {})
+    assert summary[0] == "mpnn" and summary[1] == 2 and summary[2] == 0.5

@@ -148,9 +148,12 @@ def evaluate_design(predictions: Path, checkpoint: Path, chains: Path, features_
 
 
 def write_design_metrics(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as a TSV with :data:`DESIGN_COLUMNS` (floats to 4 decimals)."""
+    """Write rows as a TSV with :data:`DESIGN_COLUMNS` (floats to 4 decimals; NaN as an empty cell,
+    the metrics tables' convention for "not scored", which ``read_metric_table`` reads back as NaN)."""
     def fmt(v: Any) -> Any:
-        return f"{v:.4f}" if isinstance(v, float) else v
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.4f}"
+        return v
     write_tsv_atomic(path, DESIGN_COLUMNS, [[fmt(row[c]) for c in DESIGN_COLUMNS] for row in rows])
 
 
