@@ -307,31 +307,37 @@ def test_push_refuses_an_unfinished_run(run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 16 (open): after the switch to shard jobs this rerun check does not yet "
-                   "hold on a DVC-pulled clone (Snakemake wants to rerun shard jobs); found in the merge's "
-                   "fresh-clone run, not yet fixed", strict=False)
 def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run):
     """Snakemake cannot plan past a checkpoint that will rerun: a dry run then lists the jobs up
     to ``chains`` (and the global ones whose inputs it can see) but no msa/features job. So the
     test counts in two steps: the dry run before the checkpoint, then — after running only up to
-    ``data/chains.parquet`` — the dry run of everything past it, which is then exact."""
+    ``data/chains.parquet`` — the dry run of everything past it, which is then exact.
+
+    The mirror is shared with the other tests (their clones record its files' size and mtime in
+    the fetch shards' ``mirror`` param): the changed file stays in place until the second dry
+    run (putting the original back first is a second change of the source, which rightly
+    refetches the entry and hides everything past the checkpoint again), then its bytes *and*
+    mtime are put back, so the mirror is exactly what the other tests' clones recorded."""
     work = run.root / "changed_entry"
     shutil.copytree(run.clone, work, symlinks=True)
     source = run.mirror / f"{MUTATED_ENTRY}.cif.gz"
-    original = source.read_bytes()
+    original, original_stat = source.read_bytes(), source.stat()
     try:
         mutate_gly_to_ala(source, 20)
-        # its fetch shard (the ID's middle two characters) reruns and refetches only the changed file
-        refetch = ("--forcerun", f"data/raw/shards/{MUTATED_ENTRY[1:3]}.tsv")
-        before = dry_run(work, *refetch)
+        # the changed mirror file alone (its fetch shard's `mirror` param: size and mtime of the
+        # shard's files) reruns its fetch shard (the ID's middle two characters), which refetches
+        # only the changed entry: no --forcerun
+        before = dry_run(work)
         print(f"before the checkpoint: {before.summary()}")
         assert {rule: before.counts.get(rule, 0) for rule in ("fetch", "parse", "chains")} == \
             {"fetch": 1, "parse": 1, "chains": 1}, before.counts
         assert not {"msa_db", "msa", "features"} & set(before.counts), before.counts
-        smk(work, *refetch, "--cores", "2", "data/chains.parquet")  # target last: --forcerun takes many
+        assert f"raw/shards/{MUTATED_ENTRY[1:3]}.tsv" in before.output
+        smk(work, "--cores", "2", "data/chains.parquet")
+        after = dry_run(work)
     finally:
         source.write_bytes(original)
-    after = dry_run(work)
+        os.utime(source, ns=(original_stat.st_atime_ns, original_stat.st_mtime_ns))
     print(f"past the checkpoint: {after.summary()}")
     per_entry = {rule: after.counts.get(rule, 0) for rule in ("fetch", "parse", "msa_db", "msa", "features")}
     assert per_entry == {"fetch": 0, "parse": 0, "msa_db": 0, "msa": 1, "features": 1}, after.counts
@@ -347,9 +353,6 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 16 (open): after the switch to shard jobs this rerun check does not yet "
-                   "hold on a DVC-pulled clone (Snakemake wants to rerun shard jobs); found in the merge's "
-                   "fresh-clone run, not yet fixed", strict=False)
 def test_evaluation_only_config_or_code_edit_reruns_only_evaluate_and_report(run):
     """tiny_config's only evaluate key (``baseline``) has one allowed value, so the scratch copy's
     schema gains an optional evaluate key first (no default: the slice is unchanged until set)."""
@@ -376,9 +379,6 @@ def test_evaluation_only_config_or_code_edit_reruns_only_evaluate_and_report(run
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 16 (open): after the switch to shard jobs this rerun check does not yet "
-                   "hold on a DVC-pulled clone (Snakemake wants to rerun shard jobs); found in the merge's "
-                   "fresh-clone run, not yet fixed", strict=False)
 def test_touching_tracked_files_or_checking_out_away_and_back_reruns_nothing(run):
     tracked = sh(["git", "ls-files"], run.clone).stdout.split()
     random.Random(0).shuffle(tracked)

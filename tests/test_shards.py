@@ -18,7 +18,7 @@ from foldworks.shards import (Row, entry_shard, file_sha256, fetch_attempt_token
 from foldworks.shards.__main__ import main as shard_main
 from foldworks.shards.run import partial_path, run_items, state_path
 from foldworks.shards.run import Plan
-from foldworks.shards.stages import shard_source_stamp
+from foldworks.shards.stages import shard_source_stamp, source_fingerprint
 
 ENTRIES = ["1crn", "1cbn", "1aki"]  # shards "cr", "cb", "ak"
 
@@ -158,3 +158,22 @@ def test_cli_refuses_items_outside_the_shard(tmp_path):
     with pytest.raises(SystemExit):
         shard_main(["fetch", "--key", "ab", "--items", "1abc,1xyz", "--manifest", str(tmp_path / "m.tsv"),
                     "--source", str(tmp_path)])
+
+
+@pytest.mark.parametrize("relative", ["mirror", "mirror/", "./mirror", "."])
+def test_source_fingerprint_names_the_file_as_pathlib_does(tmp_path, monkeypatch, relative):
+    """The fetch rule's `mirror` param is computed with plain strings for speed: the recorded
+    paths must stay exactly ``str(Path(source) / ...)`` (flat, then divided layout; either case),
+    or every existing run's fetch shards would look changed."""
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / "mirror" if relative != "." else tmp_path
+    (base / "cr").mkdir(parents=True)
+    (base / "1abc.cif.gz").write_bytes(b"x")
+    (base / "cr" / "1CRN.pdb.gz").write_bytes(b"yy")
+    source = relative
+    for entry, path in (("1abc", Path(source) / "1abc.cif.gz"), ("1crn", Path(source) / "cr" / "1CRN.pdb.gz")):
+        stat = path.stat()
+        assert source_fingerprint(source, entry) == f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+    assert source_fingerprint(source, "2xyz") == "missing"
+    assert source_fingerprint("https://files.rcsb.org/download", "1abc") == "url"
+    assert shard_source_stamp(source, ["1abc"]) != shard_source_stamp(source, ["2xyz"])

@@ -49,11 +49,25 @@ def source_fingerprint(source: str, entry: str) -> str:
     divided ``<xy>/`` layout); ``url`` for a URL source, ``missing`` if there is none."""
     if "://" in source:
         return "url"
+    return _fingerprint(_mirror_prefix(source), entry)
+
+
+def _mirror_prefix(source: str) -> str:
+    """``str(Path(source) / name)`` is ``prefix + name``: ``"m/"`` for ``m``, ``""`` for ``.``."""
+    return str(Path(source) / "_")[:-1]
+
+
+def _fingerprint(prefix: str, entry: str) -> str:
+    """:func:`source_fingerprint` with plain strings and ``os.stat``: no ``Path`` per candidate
+    (the fetch rule stamps every entry on every ``snakemake`` call, no-op included: 10,000 entries
+    of a divided mirror took 0.65 s with ``pathlib``, 0.18 s this way). The strings equal the
+    ``pathlib`` ones, so recorded params and manifest digests stay valid."""
+    key = entry[1:3]
     for fmt in ("cif", "pdb"):
         for name in (f"{entry}.{fmt}.gz", f"{entry.upper()}.{fmt}.gz"):
-            for path in (Path(source) / name, Path(source) / entry[1:3] / name):
+            for path in (prefix + name, f"{prefix}{key}/{name}"):
                 try:
-                    stat = path.stat()
+                    stat = os.stat(path)
                 except OSError:
                     continue
                 return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
@@ -66,7 +80,8 @@ def shard_source_stamp(source: str, entries: Sequence[str]) -> str:
     mirror file reruns exactly its shard; ``url`` for a URL source (nothing local to compare)."""
     if "://" in source:
         return "url"
-    return sha256_bytes(*(source_fingerprint(source, entry) for entry in entries))[:16]
+    prefix = _mirror_prefix(source)
+    return sha256_bytes(*(_fingerprint(prefix, entry) for entry in entries))[:16]
 
 
 def fetch_plan(entry: str, source: str, params: str, records_dir: str, failures_dir: str,
