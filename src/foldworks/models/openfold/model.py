@@ -53,6 +53,9 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): AF3's smooth lDDT loss (AF3 supp. 4.3.2, Eq. 4.4 sigmoid thresholds) on the
     # final Cα. The only structure loss for chains with Cα atoms only (no backbone frames, so no FAPE).
     "w_ca_lddt": 0.0,
+    # Not in AF2 (0 = off): mean |Δd| (Å / 10) of consecutive Cα–Cα distances against the reference,
+    # the Cα analogue of AF2's peptide-bond violation term (supp. 1.9.11); trains Cα-only chains too.
+    "w_ca_bond": 0.0,
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -233,11 +236,12 @@ class EvoformerModel(nn.Module):
             plddt = losses.plddt_loss(outputs["plddt_logits"], outputs["ca_coords"], batch, PLDDT_BINS)
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
-            total = (cfg["w_ca_lddt"] * ca_lddt + cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
+            ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
+            total = (cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
-                    "ca_lddt_loss": ca_lddt}
+                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae
