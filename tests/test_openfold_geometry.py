@@ -227,3 +227,15 @@ def test_torsion_loss_minimal_at_truth_and_pi_periodic(chains) -> None:
     flipped = -true  # every angle + π
     l_flip, _ = losses.torsion_loss({"sm_angles": flipped, "sm_unnormalized_angles": flipped}, ref)
     assert float(l_flip) > 3.0  # squared chord of π is 4 (periodic chis excepted)
+
+
+def test_ca_bond_loss_zero_at_truth_invariant_and_skips_chain_breaks(chains) -> None:
+    ca = chains["ca_coords"].float()
+    assert float(losses.ca_bond_loss(ca, chains)) < 1e-3
+    rot, shift = _global_transform(2)
+    assert float(losses.ca_bond_loss(ca @ rot.float().T + shift.float(), chains)) < 1e-3
+    stretched = ca * 1.1  # every consecutive Cα–Cα distance 10 % longer: |Δd| ≈ 0.38 Å → 0.038 (Å / 10)
+    assert 0.03 < float(losses.ca_bond_loss(stretched, chains)) < 0.045
+    gapped = dict(chains)
+    gapped["residue_index"] = chains["residue_index"] * 2  # no residue_index step of 1: no pair scored
+    assert float(losses.ca_bond_loss(stretched, gapped)) == 0.0

@@ -242,3 +242,24 @@ def test_padding_does_not_change_the_valid_residues(batch) -> None:
     assert torch.allclose(a["atom37_coords"][0], b["atom37_coords"][0, :keep], atol=1e-4)
     assert torch.allclose(a["plddt"][0], b["plddt"][0, :keep], atol=1e-5)
     assert torch.isfinite(loss)
+
+
+def test_ca_only_chains_train_the_structure_module_only_through_the_ca_lddt_loss(batch) -> None:
+    """Chains with Cα atoms only (a third of the demo's training samples, 1FFK) have no backbone frames,
+    so FAPE and the torsion loss are 0 for them and the structure module's backbone updates got no
+    gradient: with only such signal the demo's model collapsed. ``w_ca_lddt`` (AF3 smooth lDDT on
+    the final Cα) must give them one; the AF2 default (0) leaves them without."""
+    ca_only = dict(batch)
+    keep = torch.zeros(37, dtype=torch.bool)
+    keep[ATOM_ORDER["CA"]] = True
+    ca_only["all_atom_mask"] = batch["all_atom_mask"] & keep
+    norms = {}
+    for weight in (0.0, 1.0):
+        model = _model(max_recycles=0, w_ca_lddt=weight)
+        torch.nn.init.normal_(model.structure.backbone_update.lin.weight, std=0.1)  # off the black hole
+        model.train()
+        loss, logs = model.loss(ca_only, model(ca_only))
+        loss.backward()
+        assert logs["fape_backbone"] == 0.0 and 0.0 < logs["ca_lddt_loss"] <= 1.0
+        norms[weight] = float(model.structure.backbone_update.lin.weight.grad.abs().sum())
+    assert norms[0.0] == 0.0 and norms[1.0] > 1e-4, norms

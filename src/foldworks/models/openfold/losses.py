@@ -166,3 +166,14 @@ def reference_geometry(batch: dict[str, Tensor]) -> dict[str, Tensor]:
             "alt_group_rot": alt_groups[0], "group_mask": group_mask, "atom14": atom14, "mask14": mask14,
             "alt14": alt14, "alt_mask14": alt_mask14, "ambiguous14": ambiguous14, "torsions": torsions,
             "alt_torsions": alt_torsions, "torsion_mask": torsion_mask, "mask": batch["mask"]}
+
+
+def ca_bond_loss(pred_ca: Tensor, batch: dict[str, Tensor], length_scale: float = 10.0) -> Tensor:
+    """Mean |d_pred − d_true| / ``length_scale`` over consecutive resolved Cα pairs (``residue_index``
+    step 1; Å / 10 like FAPE). ``pred_ca [B, L, 3]`` Å. 0 when a batch has no such pair."""
+    true_ca = batch["ca_coords"].float()
+    resolved = batch["residue_mask"]
+    bonded = (resolved[:, 1:] & resolved[:, :-1] & (batch["residue_index"].diff(dim=1) == 1)).float()
+    d_pred = (pred_ca[:, 1:] - pred_ca[:, :-1]).pow(2).sum(-1).add(1e-8).sqrt()
+    d_true = (true_ca[:, 1:] - true_ca[:, :-1]).pow(2).sum(-1).add(1e-8).sqrt()
+    return ((d_pred - d_true).abs() * bonded).sum() / length_scale / bonded.sum().clamp(min=1.0)

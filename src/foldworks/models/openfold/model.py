@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from foldworks.constants import CA_INDEX, MSA_ALPHABET_SIZE
-from foldworks.models.common import TARGET_FEAT_DIM, _deletion_value, target_features
+from foldworks.models.common import TARGET_FEAT_DIM, _deletion_value, smooth_lddt_loss, target_features
 from foldworks.models.openfold import all_atom, losses
 from foldworks.models.openfold.embedders import InputEmbedder, RecyclingEmbedder
 from foldworks.models.openfold.evoformer import EvoformerStack
@@ -50,6 +50,12 @@ _BASE: dict[str, Any] = {
     # + 0.01 L_conf; L_aux = backbone FAPE (layer mean) + L_torsion + 0.02 L_anglenorm (Alg 27).
     "w_fape": 0.5, "w_aux": 0.5, "w_distogram": 0.3, "w_msa": 2.0, "w_plddt": 0.01, "w_anglenorm": 0.02,
     "w_pae": 0.1,  # AF2 pTM fine-tuning weight of the aligned-error loss (supp. 1.9.7)
+    # Not in AF2 (0 = off): AF3's smooth lDDT loss (AF3 supp. 4.3.2, Eq. 4.4 sigmoid thresholds) on the
+    # final Cα. The only structure loss for chains with Cα atoms only (no backbone frames, so no FAPE).
+    "w_ca_lddt": 0.0,
+    # Not in AF2 (0 = off): mean |Δd| (Å / 10) of consecutive Cα–Cα distances against the reference,
+    # the Cα analogue of AF2's peptide-bond violation term (supp. 1.9.11); trains Cα-only chains too.
+    "w_ca_bond": 0.0,
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -228,10 +234,14 @@ class EvoformerModel(nn.Module):
             disto = losses.distogram_loss(outputs["disto_logits"], batch)
             msa = losses.masked_msa_loss(outputs["msa_logits"], outputs["true_msa"], outputs["bert_mask"])
             plddt = losses.plddt_loss(outputs["plddt_logits"], outputs["ca_coords"], batch, PLDDT_BINS)
-            total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
+            ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
+                                       batch["residue_mask"])
+            ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
+            total = (cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
-                    "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt}
+                    "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
+                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae
