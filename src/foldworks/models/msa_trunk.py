@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from foldworks.models.common import (
-    MSA_FEAT_DIM, TARGET_FEAT_DIM, RelativePosition, bin_centers, distance_bins, ideal_helix_ca,
+    MSA_FEAT_DIM, TARGET_FEAT_DIM, RelativePosition, bin_centers, consecutive_ca_error, distance_bins, ideal_helix_ca,
     kabsch_align, lddt_ca, masked_mean, smooth_lddt_loss, msa_row_features, pair_mask, pairwise_distances,
     target_features,
 )
@@ -127,8 +127,7 @@ class MSATrunkModel(nn.Module):
         plddt = (F.cross_entropy(plddt_logits[has_pairs], plddt_target[has_pairs])
                  if has_pairs.any() else drmsd * 0.0)
         lddt_term = smooth_lddt_loss(pred, true, resolved)
-        bonded = resolved[:, 1:] & resolved[:, :-1] & (batch["residue_index"].diff(dim=1) == 1)
-        bond = masked_mean((torch.diagonal(d_pred, 1, 1, 2) - torch.diagonal(d_true, 1, 1, 2)).abs(), bonded)
+        bond = consecutive_ca_error(pred, true, resolved, batch["residue_index"])
         total = (self.w_drmsd * drmsd + self.w_coord * coord + self.w_disto * disto + self.w_plddt * plddt
                  + self.w_lddt * lddt_term + self.w_bond * bond)
         logs = {"drmsd": float(drmsd.detach()), "coord_dev": float(coord.detach()),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from foldworks.models.common import distance_bins, lddt_ca
+from foldworks.models.common import consecutive_ca_error, distance_bins, lddt_ca
 from foldworks.models.openfold import all_atom
 from foldworks.models.openfold.heads import DISTOGRAM_BINS, PAE_BINS
 from foldworks.models.openfold.rigid import Frames
@@ -169,11 +169,7 @@ def reference_geometry(batch: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def ca_bond_loss(pred_ca: Tensor, batch: dict[str, Tensor], length_scale: float = 10.0) -> Tensor:
-    """Mean |d_pred − d_true| / ``length_scale`` over consecutive resolved Cα pairs (``residue_index``
-    step 1; Å / 10 like FAPE). ``pred_ca [B, L, 3]`` Å. 0 when a batch has no such pair."""
-    true_ca = batch["ca_coords"].float()
-    resolved = batch["residue_mask"]
-    bonded = (resolved[:, 1:] & resolved[:, :-1] & (batch["residue_index"].diff(dim=1) == 1)).float()
-    d_pred = (pred_ca[:, 1:] - pred_ca[:, :-1]).pow(2).sum(-1).add(1e-8).sqrt()
-    d_true = (true_ca[:, 1:] - true_ca[:, :-1]).pow(2).sum(-1).add(1e-8).sqrt()
-    return ((d_pred - d_true).abs() * bonded).sum() / length_scale / bonded.sum().clamp(min=1.0)
+    """:func:`~foldworks.models.common.consecutive_ca_error` of ``pred_ca [B, L, 3]`` (Å) against the
+    batch's Cα, divided by ``length_scale`` (Å / 10 like FAPE). 0 when a batch has no such pair."""
+    return consecutive_ca_error(pred_ca, batch["ca_coords"].float(), batch["residue_mask"],
+                                batch["residue_index"]) / length_scale

@@ -237,8 +237,9 @@ class EvoformerModel(nn.Module):
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
             ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
-            total = (cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
-                     + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt)
+            total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
+                     + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
+                     + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
                     "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond}
