@@ -6,7 +6,7 @@ Usage:
 
 ``setup`` builds the no-op state of bench/bench_shards.py in ``DIR`` (synthetic IDs, placeholder
 divided mirror, synthetic chain table, every output of the after-chains plan touched in pipeline
-order) but skips its `snakemake --touch` step (210-308 s per size): no job has Snakemake
+order, data/msa/index.tsv with one row per sequence) but skips its `snakemake --touch` step (210-308 s per size): no job has Snakemake
 metadata, so the params/code triggers read nothing and the plan is Nothing to be done while the
 code changes. The state stays, so ``run`` can time the same no-op before and after a workflow
 edit (``git stash``), which bench_shards.py cannot (it rebuilds everything per call). ``run``
@@ -52,6 +52,7 @@ def setup(n: int, scratch: Path) -> None:
     for name in ("data/chains.parquet", "data/chains.fasta", "data/parsed/failures.tsv"):
         shards.touch(workdir / name, base + 1)
     shards.touch_plan(workdir, after["log"], base - 8)
+    shards.fill_msa_index(workdir)  # the features shards' `msa` params read it (a real index's rows)
     time.sleep(max(0.0, base + len(shards.RANK) + 12 - time.time()))  # no output mtime in the future
 
 

@@ -239,6 +239,39 @@ def test_failing_search_is_retried_recorded_and_refused(wf):
     assert not (wf / f"data/failures/features/{target}.json").exists()
 
 
+def test_changed_a3m_reruns_exactly_the_features_shard_using_it(wf):
+    """Features shards take only the MSA index (checkpoint msa_index), `ancient`, plus a digest of
+    their sequences' index rows as a param (issue 16). Rerunning two msa shards, one whose failed
+    search now succeeds (new a3m) and one whose a3m stays byte-identical: the dry run lists the
+    two msa shards and msa_index but no features shard (planned only once the checkpoint ran);
+    the real run then reruns exactly the features shard of the changed a3m (2igd's, ``ig``),
+    not the one of the unchanged a3m (1crn's, ``cr``), and afterwards nothing is left to do."""
+    set_config(wf, "msa.timeout_s", 300)
+    table = pd.read_parquet(wf / "data/chains.parquet")
+    passed = table[table["passed_filters"]]
+    targets = sorted({f"data/features/shards/{e[1:3]}.tsv" for e in passed["entry"]})
+    failed_hash = passed[passed["entry"] == "2igd"].iloc[0]["sequence_hash"]
+    same_hash = passed[passed["entry"] == "1crn"].iloc[0]["sequence_hash"]
+    assert aligned(wf)[failed_hash] == "failed" and aligned(wf)[same_hash] == "ok"
+    assert (passed["sequence_hash"] == failed_hash).sum() == 1 and failed_hash[:3] != same_hash[:3]
+    rerun = [f"data/msa/shards/{failed_hash[:3]}.tsv", f"data/msa/shards/{same_hash[:3]}.tsv"]
+    same_a3m = (wf / f"data/{msa_relpath(same_hash)}").read_bytes()
+    planned = ok(snakemake(wf, "-n", "--forcerun", *rerun, "--", *targets))
+    assert sorted(jobs(planned, "msa")) == sorted(rerun)
+    assert jobs(planned, "msa_index") == ["data/msa/index.tsv"] and not jobs(planned, "features")
+    result = ok(snakemake(wf, "--forcerun", *rerun, "--", *targets))
+    assert sorted(jobs(result, "msa")) == sorted(rerun) and jobs(result, "msa_index") == ["data/msa/index.tsv"]
+    assert jobs(result, "features") == ["data/features/shards/ig.tsv"]
+    assert aligned(wf)[failed_hash] == "ok"
+    assert (wf / f"data/{msa_relpath(same_hash)}").read_bytes() == same_a3m
+    from foldworks.features import load_features
+
+    assert load_features(wf / f"data/features/2igd_{passed[passed['entry'] == '2igd'].iloc[0]['chain']}.npz")[
+        "msa_source"] != "single_sequence_fallback"
+    after = ok(snakemake(wf, "-n", *targets))
+    assert "Nothing to be done" in after.stdout + after.stderr
+
+
 def test_mmseqs_backend_batches_per_shard(tmp_path, pdb_mirror, seqdb_fasta):
     """`msa.tool: mmseqs`: one batch job per shard of hashes (first hex character,
     `msa.mmseqs.shard_chars`), the same per-hash a3m files and contract; a second run does nothing."""

@@ -2,6 +2,7 @@
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from snakemake.logging import logger
 
 from foldworks.fetch.selection import resolve_entries
 from foldworks.ids import msa_relpath, normalize_entry, validate_experiment
+from foldworks.msa.index import read_digest_rows, shard_digest
 from foldworks.provenance import code_hash
 from foldworks.shards import SEQ_SHARD_CHARS, fetch_attempt_token, group_entries
 
@@ -70,6 +72,8 @@ def chain_table():
     return _chain_index()[0]
 
 
+#: The MSA index (checkpoint msa_index): the features shards' only msa input.
+MSA_INDEX = "data/msa/index.tsv"
 _CHAINS_DONE: list[str] = []  # the table's path, once checkpoint `chains` is complete
 
 
@@ -104,8 +108,8 @@ class ShardIndex:
         #: msa shard -> sorted unique hashes
         unique = frame.drop_duplicates("hash")
         self.msa = {key: sorted(group) for key, group in unique.groupby("msa_key")["hash"]}
-        #: entry shard -> msa shards its targets need
-        self.msa_of_entry_shard = {key: sorted(set(group)) for key, group in frame.groupby("key")["msa_key"]}
+        #: entry shard -> unique sequence hashes of its targets (the features shard's msa digest)
+        self.hashes_of_entry_shard = {key: group.unique() for key, group in frame.groupby("key")["hash"]}
 
 
 @functools.lru_cache(maxsize=2)
@@ -161,11 +165,35 @@ def msa_shard_items(wildcards) -> str:
 
 
 def features_shard_inputs(wildcards) -> dict[str, object]:
+    """Parse manifest + the MSA index, `ancient` (see workflow/rules/features.smk): not the msa
+    shard manifests, whose edges grew with the entries (issue 16)."""
     index = _chain_index()[1]
     if wildcards.shard not in index.features:
         raise ValueError(f"features shard {wildcards.shard!r}: no passed chain of its entries in data/chains.parquet")
-    return {"parsed": f"data/parsed/shards/{wildcards.shard}.tsv",
-            "msa": manifests("data/msa", index.msa_of_entry_shard[wildcards.shard])}
+    return {"parsed": f"data/parsed/shards/{wildcards.shard}.tsv", "msa_index": ancient(MSA_INDEX)}
+
+
+def features_msa_digest(wildcards) -> str:
+    """The features shard's `msa` param: digest of the MSA index rows of its sequences
+    (foldworks.msa.index.shard_digest); ``no-index`` before checkpoint msa_index first ran."""
+    rows = _msa_index_rows()
+    if rows is None:
+        return "no-index"
+    return shard_digest(rows, _chain_index()[1].hashes_of_entry_shard[wildcards.shard])
+
+
+def _msa_index_rows() -> dict[str, str] | None:
+    try:
+        stat = os.stat(MSA_INDEX)
+    except FileNotFoundError:
+        return None
+    return _read_msa_index(MSA_INDEX, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_msa_index(path: str, mtime_ns: int, size: int) -> dict[str, str]:
+    """Read once per index version and Snakemake process (the checkpoint rewrites it: new mtime)."""
+    return read_digest_rows(path)
 
 
 def features_shard_items(wildcards) -> str:

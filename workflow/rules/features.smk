@@ -1,6 +1,12 @@
 # Stage 5: one cached feature file per chain (sequence, MSA + deletions, masks, coordinates),
 # built by one job per entry shard (data/features/shards/<key>.tsv); a target is rebuilt only
 # when its parsed entry, its sequence's a3m or the features code/params changed.
+# MSA input: only the MSA index (checkpoint msa_index, data/msa/index.tsv), `ancient` so that a
+# rerun of the msa stage does not rerun every features shard by mtime; the `msa` param (a digest
+# of exactly the index rows of the shard's sequences, read at DAG time) reruns the shard when one
+# of its a3m files changed. Snakemake re-evaluates it after the checkpoint has run, so a dry run
+# behind a rerunning msa stage lists the msa shards and msa_index but not yet these shards
+# (those whose parse manifest changed are listed); the real run then runs exactly the affected ones.
 # A chain whose MSA search failed (placeholder a3m, failure record in data/failures/msa/) gets
 # single-sequence features marked `msa_source: single_sequence_fallback` only when
 # `msa.allow_single_sequence_fallback` is true; otherwise it is refused: no feature file, a
@@ -17,6 +23,7 @@ rule features:
         shard=r"[a-z0-9]{2}",
     params:
         members=features_shard_items,
+        msa=features_msa_digest,
         cfg=json.dumps(
             {**config["features"],
              "allow_single_sequence_fallback": MSA_CFG["allow_single_sequence_fallback"]},
@@ -29,6 +36,6 @@ rule features:
         "logs/features/{shard}.log",
     shell:
         "python -m foldworks.shards features --key {wildcards.shard} --items {params.members}"
-        " --manifest {output.manifest:q} --parse-manifest {input.parsed:q} --msa-manifests {input.msa}"
+        " --manifest {output.manifest:q} --parse-manifest {input.parsed:q} --msa-manifests {input.msa_index:q}"
         " --params {params.cfg:q} --code {params.code} --parsed-dir data/parsed --msa-dir data/msa"
         " --features-dir data/features --failures-dir data/failures 2> {log:q}"

@@ -129,3 +129,29 @@ rule msa_summary:
         "logs/msa_summary.log",
     shell:
         "python -m foldworks.msa.summary --table {input.table} --data-dir data --out {output} 2> {log}"
+
+
+# The MSA index (foldworks.msa.index): every msa shard's rows in one file, the only msa input of
+# the features shards (issue 16: listing each features shard's msa manifests made ~650,000
+# features->msa edges at 230,000 entries, resolved on every `snakemake` call, no-op included;
+# this is <= 4,096 edges). A checkpoint, so that when it has run Snakemake re-evaluates the
+# features shards (update_checkpoint_dependencies): each one's `msa` param is a digest of
+# exactly its sequences' index rows, read at DAG time, so a changed a3m reruns exactly the
+# features shards whose chains use it, and no other (their index input is `ancient`).
+# Consequence: a dry run cannot show the features shards behind a rerunning msa stage (it shows
+# the msa shards and this checkpoint); they are planned once the checkpoint has run.
+checkpoint msa_index:
+    input:
+        table="data/chains.parquet",
+        manifests=all_msas,
+    output:
+        index=MSA_INDEX,
+    params:
+        code=code_hash("msa/index", "shards"),
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/msa_index.log",
+    shell:
+        "python -m foldworks.msa.index --table {input.table} --shards-dir data/msa/shards"
+        " --shard-chars %d --out {output.index:q} 2> {log:q}" % MSA_SHARD_CHARS
