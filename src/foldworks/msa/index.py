@@ -22,6 +22,7 @@ CLI::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -29,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from foldworks.logutil import setup_logging
-from foldworks.shards import SEQ_SHARD_CHARS, Row, read_manifest, sha256_bytes, write_manifest
+from foldworks.shards import SEQ_SHARD_CHARS, Row, read_manifest, write_manifest
 
 LOG = logging.getLogger("foldworks.msa.index")
 
@@ -74,7 +75,8 @@ def read_digest_rows(path: str | Path) -> dict[str, str]:
 def shard_digest(rows: Mapping[str, str], hashes: Iterable[str]) -> str:
     """16 hex characters over the index rows of ``hashes`` (a features shard's sequences; order and
     duplicates do not matter; a hash without a row counts as ``missing``)."""
-    return sha256_bytes(*(f"{h}={rows.get(h, 'missing')}" for h in sorted(set(hashes))))[:16]
+    lines = sorted(f"{h}={rows.get(h, 'missing')}" for h in set(hashes))  # hashes hold no "=" or newline
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
