@@ -12,6 +12,7 @@
 # them because an upstream job ran. The job reads the content hash from the record (and writes
 # it into the a3m metadata). A database built from `fasta` files does not depend on the chain
 # table, so adding entries schedules MSA jobs only for the new sequences.
+# The features stage reads the MSAs through one index, checkpoint `msa_index` (end of this file).
 
 import shlex
 
@@ -149,7 +150,7 @@ checkpoint msa_index:
     params:
         code=code_hash("msa/index", "shards"),
     conda:
-        "../../envs/python.yaml"
+        "../../envs/hhsuite.yaml"  # the msa package's env (tests/test_envs.py), as msa_summary
     log:
         "logs/msa_index.log",
     shell:
