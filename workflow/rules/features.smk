@@ -4,9 +4,10 @@
 # MSA input: only the MSA index (checkpoint msa_index, data/msa/index.tsv), `ancient` so that a
 # rerun of the msa stage does not rerun every features shard by mtime; the `msa` param (a digest
 # of exactly the index rows of the shard's sequences, read at DAG time) reruns the shard when one
-# of its a3m files changed. Snakemake re-evaluates it after the checkpoint has run, so a dry run
-# behind a rerunning msa stage lists the msa shards and msa_index but not yet these shards
-# (those whose parse manifest changed are listed); the real run then runs exactly the affected ones.
+# of its a3m files changed. Snakemake re-evaluates these shards after the checkpoint has run, so
+# the real run reruns exactly the affected ones; but while msa_index will rerun, a dry run lists
+# no features shard and nothing after them (dag.py update_needrun skips the reasons of jobs
+# downstream of a job that will run): run `snakemake data/msa/index.tsv` first to see them.
 # A chain whose MSA search failed (placeholder a3m, failure record in data/failures/msa/) gets
 # single-sequence features marked `msa_source: single_sequence_fallback` only when
 # `msa.allow_single_sequence_fallback` is true; otherwise it is refused: no feature file, a

@@ -139,8 +139,8 @@ rule msa_summary:
 # features shards (update_checkpoint_dependencies): each one's `msa` param is a digest of
 # exactly its sequences' index rows, read at DAG time, so a changed a3m reruns exactly the
 # features shards whose chains use it, and no other (their index input is `ancient`).
-# Consequence: a dry run cannot show the features shards behind a rerunning msa stage (it shows
-# the msa shards and this checkpoint); they are planned once the checkpoint has run.
+# Consequence: while this checkpoint will rerun, a dry run shows the msa shards and it, but no
+# features shard and nothing downstream (as behind `chains`); they are planned once it has run.
 checkpoint msa_index:
     input:
         table="data/chains.parquet",
