@@ -349,7 +349,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     # update_needrun masks them, expecting them to be triggered) and its `ancient` output triggers
     # no features shard, so the plan stops at the msa stage, as it stops at `chains` above
     assert after.counts == {"msa": 1, "msa_index": 1, "msa_summary": 1, "fetch_manifest": 1,
-                            "failures_report": 1}, after.counts
+                            "failures_report": 1, "all": 1}, after.counts
     print(f"past msa_index: {past_index.summary()}")
     stages = ("fetch", "parse", "chains", "msa_db", "msa", "msa_index", "features")
     assert {rule: past_index.counts.get(rule, 0) for rule in stages} == \

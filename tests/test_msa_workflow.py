@@ -272,6 +272,26 @@ def test_changed_a3m_reruns_exactly_the_features_shard_using_it(wf):
     assert "Nothing to be done" in after.stdout + after.stderr
 
 
+def test_features_reasons_hidden_behind_msa_index_still_run(wf):
+    """While msa_index will rerun, Snakemake skips the rerun reasons of the jobs downstream of it
+    (dag.py update_needrun), so a dry run shows no features shard even when their own param
+    changed (the fallback policy here); the real run re-evaluates them once the checkpoint ran
+    and reruns every shard, and then nothing is left to do."""
+    set_config(wf, "msa.allow_single_sequence_fallback", False)
+    table = pd.read_parquet(wf / "data/chains.parquet")
+    passed = table[table["passed_filters"]]
+    targets = sorted({f"data/features/shards/{e[1:3]}.tsv" for e in passed["entry"]})
+    rerun = f"data/msa/shards/{passed[passed['entry'] == '1crn'].iloc[0]['sequence_hash'][:3]}.tsv"
+    planned = ok(snakemake(wf, "-n", "--forcerun", rerun, "--", *targets))
+    assert jobs(planned, "msa") == [rerun] and jobs(planned, "msa_index") and not jobs(planned, "features")
+    without_index = ok(snakemake(wf, "-n", *targets))  # msa_index not rerunning: the param change shows
+    assert sorted(jobs(without_index, "features")) == targets
+    result = ok(snakemake(wf, "--forcerun", rerun, "--", *targets))
+    assert jobs(result, "msa") == [rerun] and sorted(jobs(result, "features")) == targets
+    after = ok(snakemake(wf, "-n", *targets))
+    assert "Nothing to be done" in after.stdout + after.stderr
+
+
 def test_mmseqs_backend_batches_per_shard(tmp_path, pdb_mirror, seqdb_fasta):
     """`msa.tool: mmseqs`: one batch job per shard of hashes (first hex character,
     `msa.mmseqs.shard_chars`), the same per-hash a3m files and contract; a second run does nothing."""
