@@ -262,3 +262,21 @@ def test_ca_fape_zero_invariant_chiral_and_penalises_compaction(chains) -> None:
     gapped = dict(chains)
     gapped["residue_index"] = chains["residue_index"] * 2  # no consecutive residues: no frame, loss 0
     assert _ca_fape(noisy, gapped) == 0.0
+
+
+def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) -> None:
+    """``w_ca_far``: distances only (0 at the truth, its mirror image and any rigid motion), positive
+    once far pairs (≥ 15 Å in the reference) come closer than 15 Å, with a gradient that expands."""
+    ca = chains["ca_coords"].float()
+    rot, shift = _global_transform(5)
+    assert float(losses.ca_far_pair_loss(ca, chains)) == 0.0
+    assert float(losses.ca_far_pair_loss(ca @ rot.float().T + shift.float(), chains)) < 1e-5
+    assert float(losses.ca_far_pair_loss(ca * torch.tensor([-1.0, 1.0, 1.0]), chains)) < 1e-5
+    centre = (ca * chains["residue_mask"][..., None]).sum(1, keepdim=True) / chains["residue_mask"].sum(1)[:, None, None]
+    shrunk = (centre + 0.4 * (ca - centre)).requires_grad_(True)
+    value = losses.ca_far_pair_loss(shrunk, chains)
+    assert float(value.detach()) > 0.1
+    value.backward()
+    step = shrunk - 1.0 * shrunk.grad  # one gradient step enlarges the chain
+    rg = lambda x: float(((x - centre) ** 2).sum(-1)[chains["residue_mask"]].mean())  # noqa: E731
+    assert rg(step.detach()) > rg(shrunk.detach())
