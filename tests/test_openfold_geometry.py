@@ -241,6 +241,11 @@ def test_ca_bond_loss_zero_at_truth_invariant_and_skips_chain_breaks(chains) -> 
     assert float(losses.ca_bond_loss(stretched, gapped)) == 0.0
 
 
+def _ca_centre(ca: torch.Tensor, resolved: torch.Tensor) -> torch.Tensor:
+    """Mean of the resolved Cα ``[B, 1, 3]`` (Å)."""
+    return (ca * resolved[..., None]).sum(1, keepdim=True) / resolved.sum(1)[:, None, None]
+
+
 def _ca_fape(pred_ca: torch.Tensor, chains) -> float:
     return float(losses.ca_fape_loss({"sm_frames_trans": pred_ca[:, None].float()}, chains))
 
@@ -255,7 +260,7 @@ def test_ca_fape_zero_invariant_chiral_and_penalises_compaction(chains) -> None:
     rot, shift = _global_transform(4)
     assert abs(_ca_fape(noisy @ rot.T + shift, chains) - base) < 1e-4
     assert _ca_fape(ca * torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64), chains) > 0.3  # wrong handedness
-    centre = (ca * chains["residue_mask"][..., None]).sum(1, keepdim=True) / chains["residue_mask"].sum(1)[:, None, None]
+    centre = _ca_centre(ca, chains["residue_mask"])
     assert _ca_fape(centre + 0.5 * (ca - centre), chains) > 0.3  # half-size chain: far pairs wrong by Å
     frames_mask = losses.ca_pseudo_frames(ca, chains["residue_mask"], chains["residue_index"])[1]
     assert not frames_mask[:, 0].any()  # chain start: no Cα_{i-1}, no frame
@@ -272,7 +277,7 @@ def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) 
     assert float(losses.ca_far_pair_loss(ca, chains)) == 0.0
     assert float(losses.ca_far_pair_loss(ca @ rot.float().T + shift.float(), chains)) < 1e-5
     assert float(losses.ca_far_pair_loss(ca * torch.tensor([-1.0, 1.0, 1.0]), chains)) < 1e-5
-    centre = (ca * chains["residue_mask"][..., None]).sum(1, keepdim=True) / chains["residue_mask"].sum(1)[:, None, None]
+    centre = _ca_centre(ca, chains["residue_mask"])
     shrunk = (centre + 0.4 * (ca - centre)).requires_grad_(True)
     value = losses.ca_far_pair_loss(shrunk, chains)
     assert float(value.detach()) > 0.1
