@@ -70,8 +70,8 @@ Simplified vs AF2/OpenFold, and why:
   ≥ 15 Å apart in the reference, the pairs smooth lDDT ignores; it leaves the collapsed start
   earlier but, at weight 1, lowered val lDDT-Cα (BENCHMARKS.md), so the demo leaves it off.
 * ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one
-  seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 both
-  seeds leave it (val 0.317 / 0.305), as msa_trunk's distogram weight (its module docstring).
+  seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 three
+  seeds out of three leave it (val 0.317 / 0.305 / 0.299), as msa_trunk's distogram weight (its module docstring).
 * Initialisation: AF2's "final" zero init on residual outputs, gating init to 1, identity
   backbone update; other layers use PyTorch defaults (not AF2's LeCun-normal).
 
