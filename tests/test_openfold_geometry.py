@@ -239,3 +239,49 @@ def test_ca_bond_loss_zero_at_truth_invariant_and_skips_chain_breaks(chains) -> 
     gapped = dict(chains)
     gapped["residue_index"] = chains["residue_index"] * 2  # no residue_index step of 1: no pair scored
     assert float(losses.ca_bond_loss(stretched, gapped)) == 0.0
+
+
+def _ca_centre(ca: torch.Tensor, resolved: torch.Tensor) -> torch.Tensor:
+    """Mean of the resolved Cα ``[B, 1, 3]`` (Å)."""
+    return (ca * resolved[..., None]).sum(1, keepdim=True) / resolved.sum(1)[:, None, None]
+
+
+def _ca_fape(pred_ca: torch.Tensor, chains) -> float:
+    return float(losses.ca_fape_loss({"sm_frames_trans": pred_ca[:, None].float()}, chains))
+
+
+def test_ca_fape_zero_invariant_chiral_and_penalises_compaction(chains) -> None:
+    """Cα pseudo-frame FAPE (``w_ca_fape``): 0 at the truth, blind to a global rigid motion, not to a
+    mirror image, and it grows when the chain is shrunk towards a ball (long pairs count, to 10 Å)."""
+    ca = chains["ca_coords"].double()
+    assert _ca_fape(ca, chains) < 2e-3  # sqrt(eps)/Z with eps = 1e-4
+    noisy = ca + torch.randn(ca.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    base = _ca_fape(noisy, chains)
+    rot, shift = _global_transform(4)
+    assert abs(_ca_fape(noisy @ rot.T + shift, chains) - base) < 1e-4
+    assert _ca_fape(ca * torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64), chains) > 0.3  # wrong handedness
+    centre = _ca_centre(ca, chains["residue_mask"])
+    assert _ca_fape(centre + 0.5 * (ca - centre), chains) > 0.3  # half-size chain: far pairs wrong by Å
+    frames_mask = losses.ca_pseudo_frames(ca, chains["residue_mask"], chains["residue_index"])[1]
+    assert not frames_mask[:, 0].any()  # chain start: no Cα_{i-1}, no frame
+    gapped = dict(chains)
+    gapped["residue_index"] = chains["residue_index"] * 2  # no consecutive residues: no frame, loss 0
+    assert _ca_fape(noisy, gapped) == 0.0
+
+
+def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) -> None:
+    """``w_ca_far``: distances only (0 at the truth, its mirror image and any rigid motion), positive
+    once far pairs (≥ 15 Å in the reference) come closer than 15 Å, with a gradient that expands."""
+    ca = chains["ca_coords"].float()
+    rot, shift = _global_transform(5)
+    assert float(losses.ca_far_pair_loss(ca, chains)) == 0.0
+    assert float(losses.ca_far_pair_loss(ca @ rot.float().T + shift.float(), chains)) < 1e-5
+    assert float(losses.ca_far_pair_loss(ca * torch.tensor([-1.0, 1.0, 1.0]), chains)) < 1e-5
+    centre = _ca_centre(ca, chains["residue_mask"])
+    shrunk = (centre + 0.4 * (ca - centre)).requires_grad_(True)
+    value = losses.ca_far_pair_loss(shrunk, chains)
+    assert float(value.detach()) > 0.1
+    value.backward()
+    step = shrunk - 1.0 * shrunk.grad  # one gradient step enlarges the chain
+    rg = lambda x: float(((x - centre) ** 2).sum(-1)[chains["residue_mask"]].mean())  # noqa: E731
+    assert rg(step.detach()) > rg(shrunk.detach())

@@ -263,3 +263,27 @@ def test_ca_only_chains_train_the_structure_module_only_through_the_ca_lddt_loss
         assert logs["fape_backbone"] == 0.0 and 0.0 < logs["ca_lddt_loss"] <= 1.0
         norms[weight] = float(model.structure.backbone_update.lin.weight.grad.abs().sum())
     assert norms[0.0] == 0.0 and norms[1.0] > 1e-4, norms
+
+
+def test_ca_fape_trains_ca_only_chains_in_fp32_under_bf16(batch) -> None:
+    """``w_ca_fape`` (Cα pseudo-frame FAPE) gives Cα-only chains a structure-module gradient, and its
+    term stays fp32 and finite under bf16 autocast."""
+    ca_only = dict(batch)
+    keep = torch.zeros(37, dtype=torch.bool)
+    keep[ATOM_ORDER["CA"]] = True
+    ca_only["all_atom_mask"] = batch["all_atom_mask"] & keep
+    model = _model(max_recycles=0, w_ca_fape=1.0)
+    torch.nn.init.normal_(model.structure.backbone_update.lin.weight, std=0.1)  # off the black hole
+    model.train()
+    out = model(ca_only)
+    assert out["sm_frames_trans"].shape[1] == model.cfg["n_struct_layers"]  # the term averages these layers
+    term = losses.ca_fape_loss(out, ca_only).detach()
+    assert term.dtype == torch.float32 and 0.0 < float(term) < 1.0 + 1e-6
+    loss, logs = model.loss(ca_only, out)
+    loss.backward()
+    assert logs["fape_backbone"] == 0.0 and logs["ca_fape_loss"] == pytest.approx(float(term), rel=1e-5)
+    assert float(model.structure.backbone_update.lin.weight.grad.abs().sum()) > 1e-4
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out16 = model(ca_only)
+        loss16, logs16 = model.loss(ca_only, out16)
+    assert loss16.dtype == torch.float32 and torch.isfinite(loss16) and logs16["ca_fape_loss"] > 0.0

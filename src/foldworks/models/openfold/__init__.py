@@ -60,6 +60,18 @@ Simplified vs AF2/OpenFold, and why:
   violation term (supp. 1.9.11). With smooth lDDT alone the demo's predictions are a ball (Rg
   ~6.7 Å for every length, consecutive Cα 8–9 Å apart); with it consecutive Cα are 3.0–3.9 Å
   apart (still too compact: Rg 6.6–7.4 Å vs 11–17 Å) and val lDDT-Cα / GDT-TS / TM reach 0.324 / 0.163 / 0.174 in 450 steps.
+* **Optional Cα pseudo-frame FAPE** (``w_ca_fape``, default 0, clamp ``ca_fape_clamp`` 10 Å): FAPE
+  (Alg 28) of every Cα in frames built by Alg 21 from (Cα_{i−1}, Cα_i, Cα_{i+1}), for prediction
+  and reference, averaged over the structure layers: global, chirality-aware, needs Cα only.
+  Measured on the demo cache with single-sequence MSAs (val split, BENCHMARKS.md): it did not
+  help (the term stayed at 0.90–0.92 of its clamp over 450 steps; with a 30 Å clamp the run stayed
+  collapsed), so the demo leaves it off.
+* **Optional far-pair Cα term** (``w_ca_far``, default 0): mean relu(15 Å − d_pred) over Cα pairs
+  ≥ 15 Å apart in the reference, the pairs smooth lDDT ignores; it leaves the collapsed start
+  earlier but, at weight 1, lowered val lDDT-Cα (BENCHMARKS.md), so the demo leaves it off.
+* ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one
+  seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 three
+  seeds out of three leave it (val 0.317 / 0.305 / 0.299), as msa_trunk's distogram weight (its module docstring).
 * Initialisation: AF2's "final" zero init on residual outputs, gating init to 1, identity
   backbone update; other layers use PyTorch defaults (not AF2's LeCun-normal).
 

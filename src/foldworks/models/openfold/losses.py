@@ -13,7 +13,7 @@ from torch import Tensor
 from foldworks.models.common import consecutive_ca_error, distance_bins, lddt_ca
 from foldworks.models.openfold import all_atom
 from foldworks.models.openfold.heads import DISTOGRAM_BINS, PAE_BINS
-from foldworks.models.openfold.rigid import Frames
+from foldworks.models.openfold.rigid import Frames, rigid_from_3_points
 
 
 def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos: Tensor, true_pos: Tensor,
@@ -173,3 +173,59 @@ def ca_bond_loss(pred_ca: Tensor, batch: dict[str, Tensor], length_scale: float 
     batch's Cα, divided by ``length_scale`` (Å / 10 like FAPE). 0 when a batch has no such pair."""
     return consecutive_ca_error(pred_ca, batch["ca_coords"].float(), batch["residue_mask"],
                                 batch["residue_index"]) / length_scale
+
+
+def ca_pseudo_frames(ca: Tensor, residue_mask: Tensor, residue_index: Tensor) -> tuple[Frames, Tensor]:
+    """Frame of residue i from ``(Cα_{i−1}, Cα_i, Cα_{i+1})`` by Alg 21 ``rigidFrom3Points`` (origin Cα_i,
+    e1 towards Cα_{i+1}, e2 in the plane towards Cα_{i−1}); right-handed, so it sees chirality.
+
+    ``ca [B, L, 3]`` Å. Returns frames ``[B, L]`` and their mask ``[B, L]``: residue i needs resolved
+    neighbours on both sides whose ``residue_index`` steps by 1 (no frame at chain ends, breaks or
+    crop edges; first and last residue are padded with their own Cα and masked out).
+    """
+    prev_ca = torch.cat([ca[:, :1], ca[:, :-1]], 1)
+    next_ca = torch.cat([ca[:, 1:], ca[:, -1:]], 1)
+    bonded = residue_mask[:, 1:] & residue_mask[:, :-1] & (residue_index.diff(dim=1) == 1)  # [B, L−1]
+    no = torch.zeros_like(bonded[:, :1])
+    has_prev, has_next = torch.cat([no, bonded], 1), torch.cat([bonded, no], 1)
+    return rigid_from_3_points(prev_ca, ca, next_ca), has_prev & has_next & residue_mask
+
+
+def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float = 10.0) -> Tensor:
+    """FAPE (Alg 28, clamp 10 Å, Z = 10 Å) of every resolved Cα in every Cα pseudo-frame
+    (:func:`ca_pseudo_frames`, for prediction and reference alike), averaged over the structure-module
+    layers like the backbone FAPE (Alg 20 line 17; the layers' frame translations are their Cα).
+
+    Not in AF2: it needs only Cα, so it also trains the chains with Cα atoms only (1FFK in the demo,
+    no backbone frames → no backbone FAPE); unlike the smooth lDDT (pairs < 15 Å) it scores all pairs
+    up to the clamp, so it penalises a compact ball; like FAPE it is not reflection-invariant.
+    Scalar (per-chain mean over frames × atoms, then batch mean); 0 contribution from chains without
+    any pseudo-frame.
+    """
+    true_ca, resolved, idx = batch["ca_coords"].float(), batch["residue_mask"], batch["residue_index"]
+    true_frames, fmask = ca_pseudo_frames(true_ca, resolved, idx)
+    layers = out["sm_frames_trans"].shape[1]
+    values = []
+    for i in range(layers):
+        pred_ca = out["sm_frames_trans"][:, i].float()
+        pred_frames, _ = ca_pseudo_frames(pred_ca, resolved, idx)
+        values.append(fape(pred_frames, true_frames, fmask, pred_ca, true_ca, resolved, clamp))
+    return torch.stack(values).mean()
+
+
+def ca_far_pair_loss(pred_ca: Tensor, batch: dict[str, Tensor], cutoff: float = 15.0,
+                     length_scale: float = 10.0) -> Tensor:
+    """Mean ``relu(cutoff − d_pred)`` (Å / ``length_scale``) over resolved Cα pairs whose reference distance
+    is at least ``cutoff`` (15 Å, the smooth lDDT's inclusion radius): the pairs lDDT never sees.
+
+    Not in AF2. One-sided, so it only pushes apart residues that are predicted closer than 15 Å but
+    are far in the reference, the error of a collapsed ball (demo: Cα radius of gyration 6–7 Å for
+    every length vs 11–17 Å true). Zero at the truth, invariant to rigid motions and reflections
+    (distances only). ``pred_ca [B, L, 3]`` Å; per-chain mean then batch mean; 0 for chains without
+    such pairs.
+    """
+    true_ca, resolved = batch["ca_coords"].float(), batch["residue_mask"]
+    d_true, d_pred = torch.cdist(true_ca, true_ca), torch.cdist(pred_ca, pred_ca)
+    pairs = (resolved[:, :, None] & resolved[:, None, :] & (d_true >= cutoff)).float()
+    per_chain = ((cutoff - d_pred).clamp(min=0.0) * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp(min=1.0)
+    return per_chain.mean() / length_scale

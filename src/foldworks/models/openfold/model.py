@@ -56,6 +56,13 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): mean |Δd| (Å / 10) of consecutive Cα–Cα distances against the reference,
     # the Cα analogue of AF2's peptide-bond violation term (supp. 1.9.11); trains Cα-only chains too.
     "w_ca_bond": 0.0,
+    # Not in AF2 (0 = off): FAPE of all Cα in Cα pseudo-frames (Alg 21 on Cα_{i-1}, Cα_i, Cα_{i+1}; Alg 28
+    # clamp 10 Å), layer mean: a global, chirality-aware signal for every chain incl. Cα-only ones.
+    "w_ca_fape": 0.0,
+    "ca_fape_clamp": 10.0,  # Å; errors above it give no gradient (AF2's FAPE clamp)
+    # Not in AF2 (0 = off): mean relu(15 Å − d_pred) (Å / 10) over Cα pairs ≥ 15 Å apart in the reference,
+    # the pairs smooth lDDT ignores; pushes a collapsed ball apart.
+    "w_ca_far": 0.0,
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -237,12 +244,18 @@ class EvoformerModel(nn.Module):
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
             ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
+            ca_fape = (losses.ca_fape_loss(outputs, batch, cfg["ca_fape_clamp"]) if cfg["w_ca_fape"]
+                       else ca_bond.new_zeros(()))
+            ca_far = (losses.ca_far_pair_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_far"]
+                      else ca_bond.new_zeros(()))
             total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
-                     + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond)
+                     + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_ca_fape"] * ca_fape
+                     + cfg["w_ca_far"] * ca_far)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
-                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond}
+                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond, "ca_fape_loss": ca_fape,
+                    "ca_far_loss": ca_far}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae
