@@ -175,11 +175,16 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     return (values * m).sum() / m.sum().clamp(min=1.0)
 
 
+def consecutive_pairs(residue_mask: Tensor, residue_index: Tensor) -> Tensor:
+    """``[B, L − 1]`` bool: residues i and i+1 are both resolved and ``residue_index`` steps by 1
+    (no pair across a chain break or a crop edge). ``residue_mask``/``residue_index [B, L]``."""
+    return residue_mask[:, 1:] & residue_mask[:, :-1] & (residue_index.diff(dim=1) == 1)
+
+
 def consecutive_ca_error(pred: Tensor, true: Tensor, residue_mask: Tensor, residue_index: Tensor) -> Tensor:
-    """Mean |d_pred − d_true| (Å) of Cα(i)–Cα(i+1) distances over pairs of resolved residues whose
-    ``residue_index`` steps by 1 (chain breaks skipped). ``pred``/``true [B, L, 3]`` Å; 0 if no pair."""
+    """Mean |d_pred − d_true| (Å) of Cα(i)–Cα(i+1) distances over :func:`consecutive_pairs`
+    (chain breaks skipped). ``pred``/``true [B, L, 3]`` Å; 0 if no pair."""
     def step(coords: Tensor) -> Tensor:
         return torch.sqrt(((coords[:, 1:] - coords[:, :-1]) ** 2).sum(-1) + 1e-8)
 
-    bonded = residue_mask[:, 1:] & residue_mask[:, :-1] & (residue_index.diff(dim=1) == 1)
-    return masked_mean((step(pred) - step(true)).abs(), bonded)
+    return masked_mean((step(pred) - step(true)).abs(), consecutive_pairs(residue_mask, residue_index))

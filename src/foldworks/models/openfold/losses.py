@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from foldworks.models.common import consecutive_ca_error, distance_bins, lddt_ca
+from foldworks.models.common import consecutive_ca_error, consecutive_pairs, distance_bins, lddt_ca
 from foldworks.models.openfold import all_atom
 from foldworks.models.openfold.heads import DISTOGRAM_BINS, PAE_BINS
 from foldworks.models.openfold.rigid import Frames, rigid_from_3_points
@@ -185,7 +185,7 @@ def ca_pseudo_frames(ca: Tensor, residue_mask: Tensor, residue_index: Tensor) ->
     """
     prev_ca = torch.cat([ca[:, :1], ca[:, :-1]], 1)
     next_ca = torch.cat([ca[:, 1:], ca[:, -1:]], 1)
-    bonded = residue_mask[:, 1:] & residue_mask[:, :-1] & (residue_index.diff(dim=1) == 1)  # [B, L−1]
+    bonded = consecutive_pairs(residue_mask, residue_index)  # [B, L−1]
     no = torch.zeros_like(bonded[:, :1])
     has_prev, has_next = torch.cat([no, bonded], 1), torch.cat([bonded, no], 1)
     return rigid_from_3_points(prev_ca, ca, next_ca), has_prev & has_next & residue_mask
