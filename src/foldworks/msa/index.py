@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from foldworks.logutil import setup_logging
-from foldworks.shards import SEQ_SHARD_CHARS, Row, read_manifest, write_manifest
+from foldworks.shards import COLUMNS, SEQ_SHARD_CHARS, Row, read_manifest, write_manifest
 
 LOG = logging.getLogger("foldworks.msa.index")
 
@@ -63,12 +63,13 @@ def read_digest_rows(path: str | Path) -> dict[str, str]:
     """``{sequence hash: "status:output_sha256"}`` of an index file (what a features shard's
     digest covers: the a3m a chain would read and whether it is a failed placeholder). Plain
     string splitting: the workflow reads it once per Snakemake process (120,000 rows at full PDB)."""
+    status, digest = COLUMNS.index("status"), COLUMNS.index("output_sha256")
     rows = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         fields = line.split("\t")
-        if len(fields) < 5 or line.startswith("#") or fields[0] == "item":
+        if len(fields) < len(COLUMNS) - 1 or line.startswith("#") or fields[0] == COLUMNS[0]:
             continue
-        rows[fields[0]] = f"{fields[1]}:{fields[4]}"
+        rows[fields[0]] = f"{fields[status]}:{fields[digest]}"
     return rows
 
 
