@@ -289,13 +289,15 @@ def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
 
 
 def test_dry_run_after_chains_has_one_job_per_msa_and_features_shard(tmp_path):
-    """After the checkpoint: one msa job per 3-hex-character hash prefix of the unique
-    sequences, one features job per entry shard."""
+    """After the checkpoint: one msa job per hash prefix (msa.shard_chars hex characters) of the
+    unique sequences, one features job per entry shard."""
     import pandas as pd
+
+    from foldworks.shards import SEQ_SHARD_CHARS
 
     log = dry_run(tmp_path, 400, "after-chains")
     table = pd.read_parquet(tmp_path / "data/chains.parquet")
-    prefixes = sorted({h[:3] for h in table["sequence_hash"]})
+    prefixes = sorted({h[:SEQ_SHARD_CHARS] for h in table["sequence_hash"]})
     assert sorted(outputs_of(log, "msa")) == [f"data/msa/shards/{p}.tsv" for p in prefixes]
     assert sorted(outputs_of(log, "features")) == [f"data/features/shards/{k}.tsv" for k in sorted(set(table["entry"].str[1:3]))]
     assert "Group job" not in log

@@ -322,6 +322,10 @@ def test_msa_config_resolution():
         assert absent not in text, absent
     with pytest.raises(MsaConfigError, match="names must be unique"):
         resolve_msa_config({"databases": [{"name": "a"}, {"name": "a"}]})
+    assert resolve_msa_config({})["shard_chars"] == 2  # 256 msa jobs (README "Shards")
+    assert "shard_chars" not in json.dumps(search_slice(resolve_msa_config({"shard_chars": 3})))
+    with pytest.raises(MsaConfigError, match="msa.shard_chars must be 1, 2 or 3"):
+        resolve_msa_config({"shard_chars": 4})
     with pytest.raises(MsaConfigError, match="uniref30.*needs `mmseqs_db`"):
         resolve_msa_config({"tool": "mmseqs", "databases": [{"name": "uniref30", "prefix": "/db/UniRef30"}]})
     with pytest.raises(MsaConfigError, match=r"msa.databases\[a\]: unknown keys evalu"):

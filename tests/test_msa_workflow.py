@@ -25,6 +25,7 @@ from conftest import REPO_ROOT, require_tool
 from conftest import run_snakemake as snakemake
 from foldworks.ids import msa_relpath
 from foldworks.msa.a3m import a3m_records, read_header, validate_a3m
+from foldworks.shards import SEQ_SHARD_CHARS
 from test_msa import select_records, write_fasta
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def jobs(result: subprocess.CompletedProcess, rule: str) -> list[str]:
 
 def shards_of(a3m_paths) -> list[str]:
     """The msa shard manifests (3-hex-character hash prefixes) of some a3m paths, sorted."""
-    return sorted({f"data/msa/shards/{Path(p).stem[:3]}.tsv" for p in a3m_paths})
+    return sorted({f"data/msa/shards/{Path(p).stem[:SEQ_SHARD_CHARS]}.tsv" for p in a3m_paths})
 
 
 def aligned(workdir: Path) -> dict[str, str]:
@@ -210,8 +211,8 @@ def test_failing_search_is_retried_recorded_and_refused(wf):
     failing = passed[passed["entry"] == "2igd"].iloc[0]
     seq_hash, target = failing["sequence_hash"], f"2igd_{failing['chain']}"
     result = ok(snakemake(wf, "--keep-going", *targets))
-    assert jobs(result, "msa") == [f"data/msa/shards/{seq_hash[:3]}.tsv"], "one job: the new sequence's shard"
-    log = (wf / f"logs/msa/{seq_hash[:3]}.log").read_text()
+    assert jobs(result, "msa") == [f"data/msa/shards/{seq_hash[:SEQ_SHARD_CHARS]}.tsv"], "one job: the new sequence's shard"
+    log = (wf / f"logs/msa/{seq_hash[:SEQ_SHARD_CHARS]}.log").read_text()
     assert "attempt 1 of 2 failed, will be retried" in log and "attempt 2 of 2 failed, giving up" in log
     record = json.loads((wf / f"data/failures/msa/{seq_hash}.json").read_text())
     assert record["stage"] == "msa" and "timed out" in record["reason"]
@@ -253,8 +254,8 @@ def test_changed_a3m_reruns_exactly_the_features_shard_using_it(wf):
     failed_hash = passed[passed["entry"] == "2igd"].iloc[0]["sequence_hash"]
     same_hash = passed[passed["entry"] == "1crn"].iloc[0]["sequence_hash"]
     assert aligned(wf)[failed_hash] == "failed" and aligned(wf)[same_hash] == "ok"
-    assert (passed["sequence_hash"] == failed_hash).sum() == 1 and failed_hash[:3] != same_hash[:3]
-    rerun = [f"data/msa/shards/{failed_hash[:3]}.tsv", f"data/msa/shards/{same_hash[:3]}.tsv"]
+    assert (passed["sequence_hash"] == failed_hash).sum() == 1 and failed_hash[:SEQ_SHARD_CHARS] != same_hash[:SEQ_SHARD_CHARS]
+    rerun = [f"data/msa/shards/{failed_hash[:SEQ_SHARD_CHARS]}.tsv", f"data/msa/shards/{same_hash[:SEQ_SHARD_CHARS]}.tsv"]
     same_a3m = (wf / f"data/{msa_relpath(same_hash)}").read_bytes()
     planned = ok(snakemake(wf, "-n", "--forcerun", *rerun, "--", *targets))
     assert sorted(jobs(planned, "msa")) == sorted(rerun)
@@ -281,7 +282,7 @@ def test_features_reasons_hidden_behind_msa_index_still_run(wf):
     table = pd.read_parquet(wf / "data/chains.parquet")
     passed = table[table["passed_filters"]]
     targets = sorted({f"data/features/shards/{e[1:3]}.tsv" for e in passed["entry"]})
-    rerun = f"data/msa/shards/{passed[passed['entry'] == '1crn'].iloc[0]['sequence_hash'][:3]}.tsv"
+    rerun = f"data/msa/shards/{passed[passed['entry'] == '1crn'].iloc[0]['sequence_hash'][:SEQ_SHARD_CHARS]}.tsv"
     planned = ok(snakemake(wf, "-n", "--forcerun", rerun, "--", *targets))
     assert jobs(planned, "msa") == [rerun] and jobs(planned, "msa_index") and not jobs(planned, "features")
     without_index = ok(snakemake(wf, "-n", *targets))  # msa_index not rerunning: the param change shows

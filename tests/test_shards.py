@@ -26,7 +26,8 @@ ENTRIES = ["1crn", "1cbn", "1aki"]  # shards "cr", "cb", "ak"
 def test_keys_follow_the_divided_layout_and_hash_prefix():
     assert entry_shard("1ABC") == "ab"
     assert group_entries(["2abd", "1abc", "1xyz"]) == {"ab": ["1abc", "2abd"], "xy": ["1xyz"]}
-    assert sequence_shard("0123456789abcdef0123") == "012"
+    assert sequence_shard("0123456789abcdef0123") == "01"  # SEQ_SHARD_CHARS, the msa.shard_chars default
+    assert sequence_shard("0123456789abcdef0123", 3) == "012"
     with pytest.raises(ValueError):
         sequence_shard("../etc")
 
@@ -177,3 +178,24 @@ def test_source_fingerprint_names_the_file_as_pathlib_does(tmp_path, monkeypatch
     assert source_fingerprint(source, "2xyz") == "missing"
     assert source_fingerprint("https://files.rcsb.org/download", "1abc") == "url"
     assert shard_source_stamp(source, ["1abc"]) != shard_source_stamp(source, ["2xyz"])
+
+
+@pytest.mark.parametrize("layout", ["divided", "mixed"])
+def test_shard_stamp_is_the_digest_of_the_fingerprints_in_either_layout(tmp_path, layout):
+    """A mirror without flat entry files is stamped with one `stat` per entry (divided path
+    first); the stamp must equal the digest of :func:`source_fingerprint` in every layout, and in
+    a mixed mirror the flat file still wins for an entry stored both ways."""
+    from foldworks.shards import sha256_bytes
+
+    mirror = tmp_path / "m"
+    for entry in ("1abc", "2abd", "1xyz"):
+        (mirror / entry[1:3]).mkdir(parents=True, exist_ok=True)
+        (mirror / entry[1:3] / f"{entry}.cif.gz").write_bytes(entry.encode())
+    if layout == "mixed":
+        (mirror / "1abc.cif.gz").write_bytes(b"flat copy")
+        assert source_fingerprint(str(mirror), "1abc").startswith(f"{mirror}/1abc.cif.gz:")
+    entries = ["1abc", "2abd", "1xyz", "9zzz"]
+    expected = sha256_bytes(*(source_fingerprint(str(mirror), e) for e in entries))[:16]
+    assert shard_source_stamp(str(mirror), entries) == expected
+    (mirror / "ab" / "2abd.cif.gz").write_bytes(b"changed content")
+    assert shard_source_stamp(str(mirror), entries) != expected

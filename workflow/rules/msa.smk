@@ -74,16 +74,19 @@ checkpoint msa_db_external:
 
 
 # One job per sequence-hash shard (data/msa/shards/<prefix>.tsv): the passed chains' unique
-# sequences whose hash starts with the prefix (SEQ_SHARD_CHARS = 3 hex characters, 4,096 shards
-# of ~30 sequences at ~120,000; with mmseqs `msa.mmseqs.shard_chars`, as its batches profit from
-# size). Each unique sequence is aligned exactly once; a sequence is searched again only when
+# sequences whose hash starts with the prefix (`msa.shard_chars`, default 2 hex characters: 256
+# shards of ~470 sequences at ~120,000; 3: 4,096 shards of ~30, at ~2.4 ms of DAG building per
+# job on every `snakemake` call, issue 16; with mmseqs `msa.mmseqs.shard_chars`, as its batches
+# profit from size). A job runs its queries one after another, each hhblits with {threads} CPUs:
+# on a cluster give it more (`--set-threads msa=8`, README "Shards"). Each unique sequence is
+# aligned exactly once; a sequence is searched again only when
 # its query, a database record or the search code/params changed. A failing search is retried
 # inside the job (timeout doubled per attempt, `msa.retries`), then recorded: failure record +
 # placeholder a3m, a `failed` manifest row, and the job still succeeds. Snakemake's own
 # `retries` (profiles) only cover a killed job (memory, time limit); its items done so far are
 # kept (data/msa/shards/.<prefix>.partial.tsv). The shard's hashes are a param, so a new entry
 # reruns only the shards that gain a sequence (the queries are content-addressed, never rewritten).
-MSA_SHARD_CHARS = SEQ_SHARD_CHARS if MSA_CFG["tool"] == "hhblits" else int(MSA_CFG["mmseqs"]["shard_chars"])
+MSA_SHARD_CHARS = int(MSA_CFG["shard_chars"] if MSA_CFG["tool"] == "hhblits" else MSA_CFG["mmseqs"]["shard_chars"])
 
 
 rule msa:
@@ -135,7 +138,7 @@ rule msa_summary:
 # The MSA index (foldworks.msa.index): every msa shard's rows in one file, the only msa input of
 # the features shards (issue 16: listing each features shard's msa manifests made ~650,000
 # features->msa edges at 230,000 entries, resolved on every `snakemake` call, no-op included;
-# this is <= 4,096 edges). A checkpoint, so that when it has run Snakemake re-evaluates the
+# this is <= 256 edges at the default msa.shard_chars). A checkpoint, so that when it has run Snakemake re-evaluates the
 # features shards (update_checkpoint_dependencies): each one's `msa` param is a digest of
 # exactly its sequences' index rows, read at DAG time, so a changed a3m reruns exactly the
 # features shards whose chains use it, and no other (their index input is `ancient`).

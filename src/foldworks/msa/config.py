@@ -20,6 +20,7 @@ Layout (``config/config.yaml``)::
       timeout_s: 900                # per tool call; doubled on each retry
       retries: 2                    # Snakemake retries of a failed msa job
       allow_single_sequence_fallback: false
+      shard_chars: 2                # hhblits: one msa job per hash prefix of this length
       mmseqs: {sensitivity: 7.5, max_seqs: 1000, shard_chars: 1}
 
 The msa jobs receive :func:`search_slice` only (the search parameters; not a database's build
@@ -49,6 +50,7 @@ MSA_DEFAULTS: dict[str, Any] = {
     "timeout_s": 900,
     "retries": 2,
     "allow_single_sequence_fallback": False,
+    "shard_chars": 2,
     "mmseqs": {"sensitivity": 7.5, "max_seqs": 1000, "shard_chars": 1},
 }
 #: Per-database keys that change search results (the others only say where/how to build).
@@ -110,6 +112,8 @@ def resolve_msa_config(section: dict[str, Any] | None) -> dict[str, Any]:
                                  "for an existing database")
     if int(cfg["hhfilter"]["max_depth"]) < 1:
         raise MsaConfigError("msa.hhfilter.max_depth must be >= 1")
+    if int(cfg["shard_chars"]) not in (1, 2, 3):
+        raise MsaConfigError("msa.shard_chars must be 1, 2 or 3")
     if int(cfg["mmseqs"]["shard_chars"]) not in (1, 2):
         raise MsaConfigError("msa.mmseqs.shard_chars must be 1 or 2")
     return cfg

@@ -3,7 +3,7 @@
 Why it exists (issue 16, full-PDB no-op): a features shard (an entry shard) used to list the
 manifest of every msa shard holding one of its chains' sequences as inputs: ~650,000
 features→msa edges at 230,000 entries, which Snakemake resolves on every call, no-op included.
-Now one checkpoint collects the msa manifests (≤ 4,096 edges) into this index; a features shard
+Now one checkpoint collects the msa manifests (256 edges at `msa.shard_chars: 2`) into this index; a features shard
 takes the index as an ``ancient`` input (ordering only, never a rerun by mtime) plus a params
 digest of exactly its sequences' index rows (:func:`shard_digest`, read at DAG time), so a
 changed a3m reruns exactly the features shards whose chains use it, once the checkpoint has run.
@@ -16,7 +16,7 @@ without a manifest row (its msa shard never ran) has no row.
 CLI::
 
     python -m foldworks.msa.index --table data/chains.parquet --shards-dir data/msa/shards \\
-        --shard-chars 3 --out data/msa/index.tsv
+        --shard-chars 2 --out data/msa/index.tsv
 """
 
 from __future__ import annotations

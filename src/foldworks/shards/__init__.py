@@ -3,8 +3,8 @@
 Entries are grouped by the wwPDB divided-layout key (the middle two characters of the ID,
 ``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries) for
 ``fetch``, ``parse`` and ``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
-hex characters of their hash for ``msa`` (4,096 shards, ~30 sequences each at ~120,000; see
-README "Shards"). One Snakemake job per shard loops over the shard's items.
+hex characters of their hash for ``msa`` (256 shards, ~470 sequences each at ~120,000; the
+workflow's ``msa.shard_chars``; see README "Shards"). One Snakemake job per shard loops over the shard's items.
 
 Inside a shard, work is content-addressed: the shard's manifest ``data/<stage>/shards/<key>.tsv``
 holds one row per item (``item``, ``status``, ``input_sha256``, ``stamp``, ``output_sha256``,
@@ -26,8 +26,9 @@ from typing import Iterable, Mapping
 from foldworks import fsutil
 from foldworks.ids import InvalidIdentifier, SEQUENCE_HASH_PATTERN, normalize_entry
 
-#: Hex characters of the sequence hash that name an msa shard (16**3 = 4,096 shards).
-SEQ_SHARD_CHARS = 3
+#: Hex characters of the sequence hash that name an msa shard (16**2 = 256 shards), the default
+#: of ``msa.shard_chars``.
+SEQ_SHARD_CHARS = 2
 COLUMNS = ("item", "status", "input_sha256", "stamp", "output_sha256", "reason")
 #: Statuses: ``ok``; ``failed`` (permanent, cached like a result); ``transient`` (retried when
 #: the shard runs next; fetch only).
@@ -62,12 +63,12 @@ def manifest_path(stage_dir: str, key: str) -> str:
 
 def sha256_bytes(*parts: bytes | str) -> str:
     """SHA-256 (hex) over the parts, each length-prefixed (so ("ab", "c") != ("a", "bc"))."""
-    digest = hashlib.sha256()
+    chunks = []  # one update over the joined bytes: the same digest, ~2x faster for many parts
     for part in parts:
         data = part.encode("utf-8") if isinstance(part, str) else part
-        digest.update(f"{len(data)}:".encode())
-        digest.update(data)
-    return digest.hexdigest()
+        chunks.append(b"%d:" % len(data))
+        chunks.append(data)
+    return hashlib.sha256(b"".join(chunks)).hexdigest()
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
