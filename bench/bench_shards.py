@@ -13,7 +13,9 @@ chains and 120k sequences at 230,000, as in today's PDB). Scenarios per N, in on
 * ``after-chains``: fetch/parse manifests and the chains outputs exist (placeholders + the
   synthetic table): the DAG holds the msa and features shards and everything after them.
 * ``no-op``: every output of the after-chains plan exists (touched in pipeline order): the
-  check a user runs after each update. Must print "Nothing to be done".
+  check a user runs after each update. Must print "Nothing to be done". The first such call
+  after `chains` ran builds foldworks.dagindex's cache (.snakemake/foldworks/); ``no-op again``
+  is the same call once more, loading it.
 * ``one-entry``: one mirror file changed (new mtime): its fetch and parse shard + downstream.
 * ``add-entry``: one new ID appended to pdb.entries (an incremental update).
 
@@ -187,7 +189,8 @@ def run_size(n: int, scratch: Path) -> list[dict]:
     touch_plan(workdir, after["log"], base - 8)
     fill_msa_index(workdir)
     time.sleep(max(0.0, base + len(RANK) + 12 - time.time()))  # no output mtime in the future
-    results.append(dry_run(workdir, scratch, "no-op", n))
+    results.append(dry_run(workdir, scratch, "no-op", n))  # first call after `chains`: builds the DAG cache
+    results.append(dry_run(workdir, scratch, "no-op again", n))  # the weekly check: cache loaded
     changed = mirror / ids[n // 2][1:3] / f"{ids[n // 2]}.cif.gz"
     os.utime(changed, None)
     results.append(dry_run(workdir, scratch, "one-entry", n))

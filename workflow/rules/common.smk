@@ -12,11 +12,11 @@ sys.path.insert(0, SRC_DIR)
 # project's .venv, a conda env from envs/, a cluster module): put the package on their path.
 shell.prefix(f"set -euo pipefail; export PYTHONPATH='{SRC_DIR}'${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 
-import pandas as pd
 from snakemake.logging import logger
 
 from foldworks.fetch.selection import resolve_entries
 from foldworks.ids import msa_relpath, normalize_entry, validate_experiment
+from foldworks.dagindex import ChainShards, load_chain_shards, msa_digests
 from foldworks.msa.index import read_digest_rows, shard_digest
 from foldworks.provenance import code_hash
 from foldworks.shards import SEQ_SHARD_CHARS, fetch_attempt_token, group_entries
@@ -66,61 +66,28 @@ wildcard_constraints:
     experiment="|".join(EXPERIMENTS),
 
 
-def chain_table():
-    """The chain table (shared: do not modify); evaluating this makes the caller wait for
-    checkpoint `chains`."""
-    return _chain_index()[0]
-
-
 #: The MSA index (checkpoint msa_index): the features shards' only msa input.
 MSA_INDEX = "data/msa/index.tsv"
 _CHAINS_DONE: list[str] = []  # the table's path, once checkpoint `chains` is complete
 
 
-def _chain_index() -> tuple[pd.DataFrame, "ShardIndex"]:
-    """(table, its shard index) of data/chains.parquet, read once per version.
+def _chain_index() -> ChainShards:
+    """The passed chains of data/chains.parquet by shard (foldworks.dagindex), read once per version.
 
     Input functions run once per job: re-reading the parquet per job made DAG building
     quadratic. `checkpoints.chains.get()` raises until the checkpoint is complete (that is how a
     caller waits for it) and costs ~1 ms; once it succeeded it stays complete for this process,
-    so later calls skip it. Keyed by mtime, so a rerun of the checkpoint within one Snakemake
-    process is seen."""
+    so later calls skip it. Keyed by size and mtime, so a rerun of the checkpoint within one
+    Snakemake process is seen; on disk (.snakemake/foldworks/) across processes."""
     if not _CHAINS_DONE:
         _CHAINS_DONE.append(checkpoints.chains.get().output.table)
     stat = Path(_CHAINS_DONE[0]).stat()
     return _read_chain_index(_CHAINS_DONE[0], stat.st_mtime_ns, stat.st_size, MSA_SHARD_CHARS)
 
 
-class ShardIndex:
-    """The passed chains of the table, by shard: built once per table version.
-
-    One plain pass over the rows: pandas groupby over the table's pyarrow strings took ~4 s at
-    690,000 chains (230,000 entries), this ~2 s (issue 16, no-op dry run)."""
-
-    def __init__(self, table: pd.DataFrame, msa_chars: int) -> None:
-        passed = table[table["passed_filters"].astype(bool)]
-        columns = [passed[name].astype(str).tolist() for name in ("entry", "chain", "sequence_hash", "split")]
-        features, shards_of_split, msa, hashes_of = {}, {}, {}, {}
-        for entry, chain, seq_hash, split in zip(*columns):
-            key = entry[1:3]
-            features.setdefault(key, []).append(f"{entry}_{chain}:{seq_hash}")
-            shards_of_split.setdefault(split, set()).add(key)
-            hashes_of.setdefault(key, set()).add(seq_hash)
-            msa.setdefault(seq_hash[:msa_chars], set()).add(seq_hash)
-        #: entry shard -> "target:hash" items (features), sorted
-        self.features = {key: sorted(features[key]) for key in sorted(features)}
-        #: split -> entry shards with a passed target of that split
-        self.shards_of_split = shards_of_split
-        #: msa shard -> sorted unique hashes
-        self.msa = {key: sorted(msa[key]) for key in sorted(msa)}
-        #: entry shard -> unique sequence hashes of its targets (the features shard's msa digest)
-        self.hashes_of_entry_shard = hashes_of
-
-
 @functools.lru_cache(maxsize=2)
-def _read_chain_index(path: str, mtime_ns: int, size: int, msa_chars: int):
-    table = pd.read_parquet(path)
-    return table, ShardIndex(table, msa_chars)
+def _read_chain_index(path: str, mtime_ns: int, size: int, msa_chars: int) -> ChainShards:
+    return load_chain_shards(path, msa_chars)
 
 
 def manifests(stage_dir: str, keys) -> list[str]:
@@ -128,11 +95,13 @@ def manifests(stage_dir: str, keys) -> list[str]:
     return [f"{stage_dir}/shards/{key}.tsv" for key in keys]
 
 
-def items_arg(items: list[str], what: str) -> str:
-    """A shard's items as one comma-separated shell argument (bounded: Linux's 128 KiB limit)."""
-    text = ",".join(items)
+def items_arg(items: list[str] | str, what: str) -> str:
+    """A shard's items (a list or already comma-joined) as one shell argument (bounded: Linux's
+    128 KiB limit on one argument)."""
+    text = items if isinstance(items, str) else ",".join(items)
     if len(text) > 120_000:
-        raise ValueError(f"{what}: {len(items)} items make a {len(text)}-byte argument; use more shard characters")
+        raise ValueError(f"{what}: {text.count(',') + 1} items make a {len(text)}-byte argument; "
+                         "use more shard characters")
     return text
 
 
@@ -144,13 +113,13 @@ def entry_shard_items(wildcards) -> str:
 
 def features_of(splits) -> list[str]:
     """Feature manifests of the entry shards holding a passed target of ``splits``."""
-    index = _chain_index()[1]
-    keys = set().union(*(index.shards_of_split.get(split, set()) for split in splits))
+    index = _chain_index()
+    keys = set().union(*(index.shards_of_split.get(split, []) for split in splits))
     return manifests("data/features", sorted(keys))
 
 
 def all_msas(wildcards) -> list[str]:
-    return manifests("data/msa", _chain_index()[1].msa)
+    return manifests("data/msa", _chain_index().msa)
 
 
 def msa_shard_checkpoint(wildcards) -> list[str]:
@@ -163,7 +132,7 @@ def msa_shard_checkpoint(wildcards) -> list[str]:
 
 
 def msa_shard_items(wildcards) -> str:
-    hashes = _chain_index()[1].msa.get(wildcards.shard)
+    hashes = _chain_index().msa.get(wildcards.shard)
     if not hashes:
         raise ValueError(f"msa shard {wildcards.shard!r}: no passed chain's sequence hash starts with it")
     return items_arg(hashes, f"msa shard {wildcards.shard}")
@@ -172,7 +141,7 @@ def msa_shard_items(wildcards) -> str:
 def features_shard_inputs(wildcards) -> dict[str, object]:
     """Parse manifest + the MSA index, `ancient` (see workflow/rules/features.smk): not the msa
     shard manifests, whose edges grew with the entries (issue 16)."""
-    index = _chain_index()[1]
+    index = _chain_index()
     if wildcards.shard not in index.features:
         raise ValueError(f"features shard {wildcards.shard!r}: no passed chain of its entries in data/chains.parquet")
     return {"parsed": f"data/parsed/shards/{wildcards.shard}.tsv", "msa_index": ancient(MSA_INDEX)}
@@ -181,25 +150,27 @@ def features_shard_inputs(wildcards) -> dict[str, object]:
 def features_msa_digest(wildcards) -> str:
     """The features shard's `msa` param: digest of the MSA index rows of its sequences
     (foldworks.msa.index.shard_digest); ``no-index`` before checkpoint msa_index first ran."""
-    rows = _msa_index_rows()
-    if rows is None:
-        return "no-index"
-    return shard_digest(rows, _chain_index()[1].hashes_of_entry_shard[wildcards.shard])
+    digests = _msa_digests()
+    return "no-index" if digests is None else digests[wildcards.shard]
 
 
-def _msa_index_rows() -> dict[str, str] | None:
+def _msa_digests() -> dict[str, str] | None:
+    shards = _chain_index()  # first: waits for checkpoint `chains`
     try:
         stat = os.stat(MSA_INDEX)
     except FileNotFoundError:
         return None
-    return _read_msa_index(MSA_INDEX, stat.st_mtime_ns, stat.st_size)
+    table = Path(_CHAINS_DONE[0]).stat()
+    return _read_msa_digests(MSA_INDEX, stat.st_mtime_ns, stat.st_size, table.st_mtime_ns, table.st_size, shards)
 
 
 @functools.lru_cache(maxsize=2)
-def _read_msa_index(path: str, mtime_ns: int, size: int) -> dict[str, str]:
-    """Read once per index version and Snakemake process (the checkpoint rewrites it: new mtime)."""
-    return read_digest_rows(path)
+def _read_msa_digests(path: str, mtime_ns: int, size: int, table_mtime_ns: int, table_size: int,
+                      shards: ChainShards) -> dict[str, str]:
+    """Once per index and table version and Snakemake process (the checkpoints rewrite them: new
+    mtime); on disk across processes (foldworks.dagindex)."""
+    return msa_digests(path, shards, _CHAINS_DONE[0], MSA_SHARD_CHARS, shard_digest, read_digest_rows)
 
 
 def features_shard_items(wildcards) -> str:
-    return items_arg(_chain_index()[1].features[wildcards.shard], f"features shard {wildcards.shard}")
+    return items_arg(_chain_index().features[wildcards.shard], f"features shard {wildcards.shard}")

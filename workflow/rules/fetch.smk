@@ -14,7 +14,8 @@
 # mtime): that reruns its shard, which refetches only that entry. With a URL source a stored
 # entry is refetched with: rm data/raw/<id>.json; snakemake --forcerun data/raw/shards/<xy>.tsv
 
-from foldworks.entrylist import ENTRY_LIST, entry_list_digest, write_entry_list
+from foldworks.dagindex import normalized_entry_list_digest
+from foldworks.entrylist import ENTRY_LIST, write_entry_list
 from foldworks.shards.stages import shard_source_stamp
 
 
@@ -54,7 +55,7 @@ rule entry_list:
     output:
         ENTRY_LIST,
     params:
-        digest=entry_list_digest(ENTRIES),
+        digest=normalized_entry_list_digest(ENTRIES),  # = entrylist.entry_list_digest(ENTRIES)
     localrule: True
     conda:
         "../../envs/python.yaml"
