@@ -9,6 +9,11 @@ residues) prints: the number of distinct rows of the single representation enter
 structure module (``[L, c_s]``, rounded to 1e-4; at initialisation = the number of amino-acid types
 present), the predicted and true Cα radius of gyration (Å) and the mean predicted distance of
 consecutive resolved Cα (Å; 3.8 in a real chain). One thread; ~1 s per chain on ``cpu_small``.
+
+Issue-14 columns: ``rg_layers`` the Cα Rg (Å) after each structure-module layer, ``step_layers`` the
+mean |Δtranslation| (Å) each layer applies to a residue, and ``d_sep{8,30}`` the mean Cα distance
+(Å, predicted/true) of resolved pairs 8 and 30 residues apart in sequence: a ball shows a constant
+step per layer and predicted distances that stop growing with separation.
 Used for the collapse diagnosis in BENCHMARKS.md ("Demo quality and the collapse").
 """
 
@@ -30,6 +35,15 @@ def radius_of_gyration(x: torch.Tensor) -> float:
     return float(((x - x.mean(0)) ** 2).sum(-1).mean().sqrt())
 
 
+def separation_distance(pred: torch.Tensor, true: torch.Tensor, resolved: torch.Tensor, k: int) -> str:
+    """``"pred/true"`` mean Cα distance (Å) of resolved pairs ``k`` residues apart (``-`` if none)."""
+    both = resolved[k:] & resolved[:-k]
+    if k >= len(resolved) or not both.any():
+        return "-"
+    dist = lambda x: float((x[k:] - x[:-k]).norm(dim=-1)[both].mean())  # noqa: E731
+    return f"{dist(pred):.1f}/{dist(true):.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path)
@@ -45,21 +59,27 @@ def main() -> None:
     captured: dict[str, torch.Tensor] = {}
     model.structure.register_forward_hook(lambda mod, inp, out: captured.update(s=inp[0].detach()))
     table = pd.read_parquet(args.chains)
-    print("target\tL\tdistinct_single_rows\trg_pred\trg_true\tconsecutive_ca_pred")
+    print("target\tL\tdistinct_single_rows\trg_pred\trg_true\tconsecutive_ca_pred\trg_layers\tstep_layers"
+          "\td_sep8\td_sep30")
     for row in table[table["split"] == args.split].itertuples():
         path = args.features_dir / f"{row.entry}_{row.chain}.npz"
         if not path.exists():
             continue
         batch = collate([make_example(load_feature_file(path), args.crop or None, 64, None)])
         with torch.no_grad():
-            ca = model(batch)["ca_coords"][0]
+            out = model(batch)
+        ca, layers = out["ca_coords"][0], out["sm_frames_trans"][0]  # [L, 3], [S, L, 3] Å
         mask, resolved = batch["mask"][0], batch["residue_mask"][0]
         single = captured["s"][0][mask]
         distinct = len(torch.unique(single.round(decimals=4), dim=0))
         bonded = resolved[1:] & resolved[:-1]
         consecutive = (ca[1:] - ca[:-1]).norm(dim=-1)[bonded].mean()
+        steps = torch.diff(layers, dim=0, prepend=torch.zeros_like(layers[:1])).norm(dim=-1)[:, resolved].mean(1)
+        rgs = ",".join(f"{radius_of_gyration(x[resolved]):.1f}" for x in layers)
+        seps = [separation_distance(ca, batch["ca_coords"][0], resolved, k) for k in (8, 30)]
         print(f"{row.entry}_{row.chain}\t{int(mask.sum())}\t{distinct}\t{radius_of_gyration(ca[resolved]):.2f}"
-              f"\t{radius_of_gyration(batch['ca_coords'][0][resolved]):.2f}\t{float(consecutive):.2f}")
+              f"\t{radius_of_gyration(batch['ca_coords'][0][resolved]):.2f}\t{float(consecutive):.2f}\t{rgs}"
+              f"\t{','.join(f'{float(x):.1f}' for x in steps)}\t{seps[0]}\t{seps[1]}")
 
 
 if __name__ == "__main__":

@@ -285,3 +285,27 @@ def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) 
     step = shrunk - 1.0 * shrunk.grad  # one gradient step enlarges the chain
     rg = lambda x: float(((x - centre) ** 2).sum(-1)[chains["residue_mask"]].mean())  # noqa: E731
     assert rg(step.detach()) > rg(shrunk.detach())
+
+
+def test_ca_distance_loss_scores_every_pair_and_restores_the_size_both_ways(chains) -> None:
+    """``w_ca_dist`` (issue 14): distances only (≈ 0 at the truth, its mirror image and any rigid motion);
+    on a collapsed ball (0.3× size, every long pair wrong by far more than FAPE's 10 Å clamp) its value
+    is large and one gradient step enlarges the chain; on a 2× blown-up chain one step shrinks it."""
+    ca = chains["ca_coords"].float()
+    mask = chains["residue_mask"]
+    rot, shift = _global_transform(6)
+    assert float(losses.ca_distance_loss(ca, chains)) < 1e-4
+    assert float(losses.ca_distance_loss(ca @ rot.float().T + shift.float(), chains)) < 1e-4
+    assert float(losses.ca_distance_loss(ca * torch.tensor([-1.0, 1.0, 1.0]), chains)) < 1e-4
+    centre = _ca_centre(ca, mask)
+    rg = lambda x: float(((x - centre) ** 2).sum(-1)[mask].mean())  # noqa: E731
+    for scale, grows in ((0.3, True), (2.0, False)):
+        moved = (centre + scale * (ca - centre)).requires_grad_(True)
+        value = losses.ca_distance_loss(moved, chains)
+        assert float(value.detach()) > 0.5  # > 5 Å mean distance error on these 46–76-residue chains
+        value.backward()
+        step = (moved - 20.0 * moved.grad).detach()
+        assert (rg(step) > rg(moved.detach())) == grows
+    garbage = ca.clone()
+    garbage[~mask] = 1e4  # unresolved / padded residues are not scored
+    assert float(losses.ca_distance_loss(garbage, chains)) < 1e-4

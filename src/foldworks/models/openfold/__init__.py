@@ -69,6 +69,17 @@ Simplified vs AF2/OpenFold, and why:
 * **Optional far-pair Cα term** (``w_ca_far``, default 0): mean relu(15 Å − d_pred) over Cα pairs
   ≥ 15 Å apart in the reference, the pairs smooth lDDT ignores; it leaves the collapsed start
   earlier but, at weight 1, lowered val lDDT-Cα (BENCHMARKS.md), so the demo leaves it off.
+* **Optional all-pairs Cα distance term** (``w_ca_dist``, default 0; issue 14): mean |d_pred − d_true|
+  (Å / 10) over every resolved Cα pair. Measured cause of the fixed-size ball (BENCHMARKS.md
+  "Why a ball of fixed size"): clamped FAPE gives the final Cα ~20× less gradient than the smooth
+  lDDT, and unclamped FAPE's descent points inwards (it pulls an orientation-uncertain model to the
+  frame origins: ``w_fape``/``w_aux`` 5 give Rg 2.6–3.0 Å), so only the < 15 Å lDDT and the bond term
+  shape the structure. This term's descent points outwards, but each of the 4 structure layers
+  still moves every residue ~5 Å in an uncoordinated local direction, so the size stays set by the
+  losses for a training crop, not by the chain length; it trades val lDDT-Cα for GDT-TS / TM, so the
+  demo leaves it off.
+  The demo config sets ``n_struct_layers: 8`` (AF2's depth, supp. 1.8; the preset has 4): 3-seed val
+  mean lDDT-Cα +0.016, GDT-TS / TM within seed noise; the ball stays (BENCHMARKS.md).
 * ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one
   seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 three
   seeds out of three leave it (val 0.317 / 0.305 / 0.299), as msa_trunk's distogram weight (its module docstring).

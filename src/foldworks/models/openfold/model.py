@@ -63,6 +63,9 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): mean relu(15 Å − d_pred) (Å / 10) over Cα pairs ≥ 15 Å apart in the reference,
     # the pairs smooth lDDT ignores; pushes a collapsed ball apart.
     "w_ca_far": 0.0,
+    # Not in AF2 (0 = off): mean |d_pred − d_true| (Å / 10) over all resolved Cα pairs (losses.ca_distance_loss);
+    # the one structure term whose gradient neither clamps nor vanishes for a collapsed ball (issue 14).
+    "w_ca_dist": 0.0,
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -248,14 +251,16 @@ class EvoformerModel(nn.Module):
                        else ca_bond.new_zeros(()))
             ca_far = (losses.ca_far_pair_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_far"]
                       else ca_bond.new_zeros(()))
+            ca_dist = (losses.ca_distance_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_dist"]
+                       else ca_bond.new_zeros(()))
             total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
                      + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_ca_fape"] * ca_fape
-                     + cfg["w_ca_far"] * ca_far)
+                     + cfg["w_ca_far"] * ca_far + cfg["w_ca_dist"] * ca_dist)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
                     "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond, "ca_fape_loss": ca_fape,
-                    "ca_far_loss": ca_far}
+                    "ca_far_loss": ca_far, "ca_dist_loss": ca_dist}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae
