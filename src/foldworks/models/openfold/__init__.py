@@ -78,8 +78,8 @@ Simplified vs AF2/OpenFold, and why:
   still moves every residue ~5 Å in an uncoordinated local direction, so the size stays set by the
   losses for a training crop, not by the chain length; it trades val lDDT-Cα for GDT-TS / TM, so the
   demo leaves it off.
-  The demo config sets ``n_struct_layers: 8`` (AF2's depth, supp. 1.8; the preset has 4): 3-seed val
-  mean lDDT-Cα +0.016, GDT-TS / TM within seed noise; the ball stays (BENCHMARKS.md).
+  ``n_struct_layers: 8`` (AF2's depth, supp. 1.8; the preset has 4) gave a 3-seed val mean lDDT-Cα
+  +0.016, GDT-TS / TM within seed noise, and the ball stays (BENCHMARKS.md); the demo keeps 4.
 * ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one
   seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 three
   seeds out of three leave it (val 0.317 / 0.305 / 0.299), as msa_trunk's distogram weight (its module docstring).
