@@ -15,7 +15,7 @@ validate(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/fetch.smk"
-include: "workflow/rules/parse.smk"
+include: "workflow/rules/ingest.smk"
 include: "workflow/rules/chains.smk"
 include: "workflow/rules/msa.smk"
 include: "workflow/rules/features.smk"

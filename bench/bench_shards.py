@@ -5,7 +5,7 @@ Usage: nice -n 10 .venv/bin/python bench/bench_shards.py [--sizes 10000 50000 23
 
 Nothing is computed: the entries are synthetic PDB-style IDs (bench_dryrun.synthetic_ids), the
 source is a local "mirror" of empty placeholder files in the wwPDB divided layout
-(``<xy>/<id>.cif.gz``; the fetch rule stats each one, as it would a real mirror), and the chain
+(``<xy>/<id>.cif.gz``; the ingest rule stats each one, as it would a real mirror), and the chain
 table is synthetic: 3 passed chains per entry drawn from ``N * 120/230`` unique sequences (~690k
 chains and 120k sequences at 230,000, as in today's PDB). Scenarios per N, in one directory:
 
@@ -16,7 +16,7 @@ chains and 120k sequences at 230,000, as in today's PDB). Scenarios per N, in on
   check a user runs after each update. Must print "Nothing to be done". The first such call
   after `chains` ran builds foldworks.dagindex's cache (.snakemake/foldworks/); ``no-op again``
   is the same call once more, loading it.
-* ``one-entry``: one mirror file changed (new mtime): its fetch and parse shard + downstream.
+* ``one-entry``: one mirror file changed (new mtime): its ingest (fetch + parse) shard + downstream.
 * ``add-entry``: one new ID appended to pdb.entries (an incremental update).
 
 Per scenario: wall and CPU seconds and peak RSS of the Snakemake process (os.wait4), jobs per
@@ -45,7 +45,7 @@ from bench_dryrun import ID_DIGITS, SITE_ENV, long_commands, snakemake_version  
 REPO = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^(local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", re.MULTILINE)
 #: Pipeline order, for the mtimes of placeholder outputs (upstream older).
-RANK = ["entry_list", "fetch", "parse", "fetch_manifest", "chains", "msa_db", "msa_db_external", "msa",
+RANK = ["entry_list", "ingest", "fetch_manifest", "chains", "msa_db", "msa_db_external", "msa",
         "msa_index", "msa_summary", "features", "failures_report", "train", "predict", "evaluate", "evaluate_baseline",
         "report"]
 
@@ -203,18 +203,18 @@ def run_size(n: int, scratch: Path) -> list[dict]:
 
 
 def record_fetch_metadata(workdir: Path, ids: list[str], n: int) -> dict:
-    """`snakemake --touch` of the entry list and every fetch shard: Snakemake's metadata (params, code) for them,
+    """`snakemake --touch` of the entry list and every ingest (fetch + parse) shard: Snakemake's metadata (params, code) for them,
     as after a real run, so that a changed mirror file's params change is seen. Setup, timed
-    (~0.2 s per job here, so only the fetch shards: downstream outputs are placeholders)."""
+    (~0.2 s per job here, so only the ingest shards: downstream outputs are placeholders)."""
     bin_dir = Path(sys.executable).parent
     targets = ["data/raw/entries.txt"] + [f"data/raw/shards/{key}.tsv" for key in sorted({e[1:3] for e in ids})]
     start = time.monotonic()
-    done = subprocess.run([str(bin_dir / "snakemake"), "--touch", "--forcerun", "fetch", "entry_list", "--cores", "1", "--quiet",
+    done = subprocess.run([str(bin_dir / "snakemake"), "--touch", "--forcerun", "ingest", "entry_list", "--cores", "1", "--quiet",
                            "--directory", str(workdir), "--configfile", str(workdir / "config.yaml"), "--", *targets],
                           cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"--touch N={n} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    return {"n": n, "scenario": "setup: `--touch` of entry_list + fetch shards (local)", "wall_s": time.monotonic() - start,
+    return {"n": n, "scenario": "setup: `--touch` of entry_list + ingest shards (local)", "wall_s": time.monotonic() - start,
             "cpu_s": float("nan"), "rss_mb": float("nan"), "rules": Counter(), "jobs": 0, "submissions": 0,
             "log": "", "nothing": False, "too_long": {}}
 

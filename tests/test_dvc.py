@@ -326,13 +326,13 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     original, original_stat = source.read_bytes(), source.stat()
     try:
         mutate_gly_to_ala(source, 20)
-        # the changed mirror file alone (its fetch shard's `mirror` param: size and mtime of the
-        # shard's files) reruns its fetch shard (the ID's middle two characters), which refetches
-        # only the changed entry: no --forcerun
+        # the changed mirror file alone (its ingest shard's `mirror` param: size and mtime of the
+        # shard's files) reruns its ingest (fetch + parse) shard (the ID's middle two characters),
+        # which refetches and reparses only the changed entry: no --forcerun
         before = dry_run(work)
         print(f"before the checkpoint: {before.summary()}")
-        assert {rule: before.counts.get(rule, 0) for rule in ("fetch", "parse", "chains")} == \
-            {"fetch": 1, "parse": 1, "chains": 1}, before.counts
+        assert {rule: before.counts.get(rule, 0) for rule in ("ingest", "chains")} == \
+            {"ingest": 1, "chains": 1}, before.counts
         assert not {"msa_db", "msa", "features"} & set(before.counts), before.counts
         assert f"raw/shards/{MUTATED_ENTRY[1:3]}.tsv" in before.output
         smk(work, "--cores", "2", "data/chains.parquet")
@@ -351,9 +351,9 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     assert after.counts == {"msa": 1, "msa_index": 1, "msa_summary": 1, "fetch_manifest": 1,
                             "failures_report": 1, "all": 1}, after.counts
     print(f"past msa_index: {past_index.summary()}")
-    stages = ("fetch", "parse", "chains", "msa_db", "msa", "msa_index", "features")
+    stages = ("ingest", "chains", "msa_db", "msa", "msa_index", "features")
     assert {rule: past_index.counts.get(rule, 0) for rule in stages} == \
-        {"fetch": 0, "parse": 0, "chains": 0, "msa_db": 0, "msa": 0, "msa_index": 0, "features": 1}, past_index.counts
+        {"ingest": 0, "chains": 0, "msa_db": 0, "msa": 0, "msa_index": 0, "features": 1}, past_index.counts
     assert f"features/shards/{MUTATED_ENTRY[1:3]}.tsv" in past_index.output
     # 3 structure (evoformer from config/config.yaml) + 2 design experiments (mpnn, mpnn_ft), shrunk by tiny_config
     assert {rule: past_index.counts[rule] for rule in ("train", "predict", "evaluate", "evaluate_baseline", "report",

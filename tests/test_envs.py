@@ -110,7 +110,7 @@ def test_env_python_matches_venv_minor(env_file):
 
 def test_the_parser_finds_every_rule():
     rules = all_rules()
-    assert {"fetch", "parse", "chains", "msa_db", "msa", "features", "train", "predict"} <= set(rules)
+    assert {"ingest", "chains", "msa_db", "msa", "features", "train", "predict"} <= set(rules)
     for name, body in rules.items():
         assert conda_env_of(body), f"rule {name} names no conda env"
 
@@ -186,7 +186,7 @@ def test_default_profile_is_executor_agnostic(monkeypatch):
     resources = per_rule(profile["set-resources"])
     assert {name for _, name in resources} <= {"mem_mb", "runtime"}
     # every per-entry and GPU stage has a wall-clock limit; msa escalates memory and time per attempt
-    for rule in ("fetch", "parse", "msa", "features", *GPU_RULES):
+    for rule in ("ingest", "msa", "features", *GPU_RULES):
         assert (rule, "runtime") in resources, rule
     for name in ("mem_mb", "runtime"):
         values = [eval(resources[("msa", name)], {"attempt": attempt}) for attempt in (1, 2, 3)]
@@ -268,8 +268,15 @@ def outputs_of(log: str, rule: str) -> list[str]:
     return [re.search(r"^    output: ([^,\s]+)", body, re.MULTILINE).group(1) for name, body in blocks if name == rule]
 
 
+def all_outputs_of(log: str, rule: str) -> list[str]:
+    """Every output of every job of ``rule`` in a dry-run log."""
+    blocks = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", log, re.MULTILINE)
+    return [path for name, body in blocks if name == rule
+            for path in re.search(r"^    output: (.+)$", body, re.MULTILINE).group(1).split(", ")]
+
+
 def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
-    """250 consecutive IDs (9a00 ...): one fetch and one parse job per divided-layout key (the
+    """250 consecutive IDs (9a00 ...): one ingest (fetch + parse) job per divided-layout key (the
     middle two characters), each running exactly that key's entries; no group jobs."""
     import sys
 
@@ -281,10 +288,12 @@ def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
     for entry in synthetic_ids(250):
         shards.setdefault(entry[1:3], []).append(entry)
     assert len(shards) == 7
-    assert sorted(outputs_of(log, "fetch")) == [f"data/raw/shards/{k}.tsv" for k in sorted(shards)]
-    assert sorted(outputs_of(log, "parse")) == [f"data/parsed/shards/{k}.tsv" for k in sorted(shards)]
+    assert sorted(all_outputs_of(log, "ingest")) == sorted(
+        [f"data/raw/shards/{k}.tsv" for k in shards] + [f"data/parsed/shards/{k}.tsv" for k in shards])
+    assert "rule fetch:" not in log and "rule parse:" not in log
     for key, entries in shards.items():
         assert f"fetch --key {key} --items {','.join(sorted(entries))} " in log
+        assert f"parse --key {key} --items {','.join(sorted(entries))} " in log
     assert "Group job" not in log
 
 

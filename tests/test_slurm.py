@@ -124,7 +124,7 @@ def test_every_job_completed_in_slurm(slurm_run):
     assert jobs, "scontrol recorded no jobs"
     assert {job["JobState"] for job in jobs} == {"COMPLETED"}
     ran = set().union(*(rules_of(job) for job in jobs))
-    assert {"fetch", "parse", "chains", "msa_db", "msa", "features", "train", "predict",
+    assert {"ingest", "chains", "msa_db", "msa", "features", "train", "predict",
             "evaluate", "evaluate_baseline", "report"} <= ran
     assert (workdir / "results/summary.tsv").stat().st_size > 0
 

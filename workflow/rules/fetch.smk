@@ -1,46 +1,10 @@
-# Stage 1: download (or copy from a local mirror) the entries, validated, atomically; one job per
-# entry shard (foldworks.shards: the middle two characters of the ID, as in the wwPDB divided
-# layout), which loops over its entries and writes data/raw/shards/<key>.tsv.
-#
-# Per entry: the fetch *record* data/raw/{entry}.json: `status: ok` (the structure is stored
-# beside it as data/raw/{entry}.cif.gz, sha256 in the record, checked by parse) or `status:
-# failed` (one-line reason; no structure file at all, never a placeholder). So one bad entry
-# never fails a job, and the `chains` checkpoint still runs over everything else. Permanent
-# failures (not found, corrupt/HTML/oversized content) are cached like any result. Transient
-# ones (network, 5xx, timeout after every retry) are retried by the next `snakemake` run:
-# foldworks.shards.fetch_attempt_token then returns a new value for that shard, the params
-# trigger reruns that shard job, and it refetches only its transient entries. With a local
-# mirror, `mirror` (one stat per entry) changes when an entry's mirror file changes (size or
-# mtime): that reruns its shard, which refetches only that entry. With a URL source a stored
-# entry is refetched with: rm data/raw/<id>.json; snakemake --forcerun data/raw/shards/<xy>.tsv
+# Stage 1: download (or copy from a local mirror) the entries; the per-shard job is `ingest`
+# (workflow/rules/ingest.smk: fetch + parse of one entry shard in one job). This file keeps the
+# whole-run rules of the stage: the entry list and the fetch manifest.
 
 from foldworks.dagindex import normalized_entry_list_digest
 from foldworks.entrylist import ENTRY_LIST, write_entry_list
 from foldworks.shards.stages import shard_source_stamp
-
-
-rule fetch:
-    output:
-        manifest="data/raw/shards/{shard}.tsv",
-    wildcard_constraints:
-        shard=r"[a-z0-9]{2}",
-    params:
-        members=entry_shard_items,
-        source=config["pdb"]["source"],
-        cfg=slice_json("fetch"),
-        attempt=lambda wildcards: fetch_attempt_token(f"data/raw/shards/{wildcards.shard}.tsv"),
-        mirror=lambda wildcards: shard_source_stamp(config["pdb"]["source"], ENTRY_SHARDS[wildcards.shard]),
-        code=code_hash("fetch", "shards"),
-    conda:
-        "../../envs/python.yaml"
-    log:
-        "logs/fetch/{shard}.log",
-    resources:
-        downloads=1,
-    shell:
-        "python -m foldworks.shards fetch --key {wildcards.shard} --items {params.members} --manifest {output.manifest:q}"
-        " --source {params.source:q} --params {params.cfg:q} --code {params.code} --attempt {params.attempt:q}"
-        " --records-dir data/raw --failures-dir data/failures 2> {log:q}"
 
 
 # The run's entries as one file (foldworks.entrylist): the rules over every entry (fetch_manifest,

@@ -181,7 +181,7 @@ def fetch_entry(entry: str, source: str, out: str | Path, record_path: str | Pat
     """Download, validate and store one entry; returns the record (also written to ``record_path``).
 
     ``attempt_token`` is copied into the record (the workflow's retry bookkeeping, see
-    ``workflow/rules/fetch.smk``).
+    ``workflow/rules/ingest.smk``).
     """
     entry = normalize_entry(entry)
     cfg = params if isinstance(params, FetchParams) else FetchParams.from_mapping(params)

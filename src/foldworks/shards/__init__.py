@@ -2,7 +2,8 @@
 
 Entries are grouped by the wwPDB divided-layout key (the middle two characters of the ID,
 ``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries) for
-``fetch``, ``parse`` and ``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
+``fetch``, ``parse`` (one Snakemake job per shard running both: rule ``ingest``) and
+``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
 hex characters of their hash for ``msa`` (256 shards, ~470 sequences each at ~120,000; the
 workflow's ``msa.shard_chars``; see README "Shards"). One Snakemake job per shard loops over the shard's items.
 
