@@ -231,8 +231,8 @@ def markdown(results: list[dict]) -> str:
     lines = [
         "# Sharded DAG at scale: `snakemake --profile profiles/slurm -n`",
         "",
-        f"Command: `nice -n 10 .venv/bin/python bench/bench_shards.py {' '.join(sys.argv[1:])}`; machine: "
-        f"{os.cpu_count()} cores shared with other engineers, load average at the end {os.getloadavg()[0]:.1f}; "
+        f"Command: `bench/bench_shards.py {' '.join(sys.argv[1:])}` (niceness {os.nice(0)}); machine: "
+        f"{os.cpu_count()} cores, load average at the end {os.getloadavg()[0]:.1f}; "
         f"Snakemake {snakemake_version()}. Scenarios: see the module docstring. Submissions = jobs outside "
         "`localrule`s (no groups: one shard job is one sbatch call).",
         "",
