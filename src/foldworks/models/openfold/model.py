@@ -66,6 +66,9 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): mean |d_pred − d_true| (Å / 10) over all resolved Cα pairs (losses.ca_distance_loss);
     # the one structure term whose gradient neither clamps nor vanishes for a collapsed ball (issue 14).
     "w_ca_dist": 0.0,
+    # Structure-module starting frames: "identity" (AF2's black hole, Alg 20 line 2) or "helix" (not in AF2:
+    # an ideal α-helix along the chain, centred; structure.helix_frames; issue 14).
+    "init_frames": "identity",
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -109,7 +112,8 @@ class EvoformerModel(nn.Module):
             pair_dropout=cfg["pair_dropout"])
         self.single = nn.Linear(c_m, c_s)
         self.structure = StructureModule(c_s, c_z, cfg["n_struct_layers"], cfg["c_ipa"], cfg["n_heads_ipa"],
-                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"])
+                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"],
+                                         cfg["init_frames"])
         self.distogram_head = DistogramHead(c_z)
         self.msa_head = MaskedMSAHead(c_m)
         self.plddt_head = PLDDTHead(c_s, cfg["c_plddt"])
