@@ -16,7 +16,8 @@ from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER
 from foldworks.models.openfold import all_atom, losses, rigid
 from foldworks.models.openfold import residue_constants as rc
-from foldworks.models.openfold.structure import InvariantPointAttention
+from foldworks.models.openfold import structure
+from foldworks.models.openfold.structure import InvariantPointAttention, StructureModule, helix_frames
 from foldworks.train.data import ChainDataset, collate, select_targets
 
 ENTRIES = ("1crn", "1ubq", "5pti")
@@ -309,3 +310,81 @@ def test_ca_distance_loss_scores_every_pair_and_restores_the_size_both_ways(chai
     garbage = ca.clone()
     garbage[~mask] = 1e4  # unresolved / padded residues are not scored
     assert float(losses.ca_distance_loss(garbage, chains)) < 1e-4
+
+
+def _structure_module(init_frames: str) -> StructureModule:
+    torch.manual_seed(0)
+    return StructureModule(c_s=16, c_z=8, n_layers=3, c_ipa=8, n_heads_ipa=4, n_qk_points=4, n_v_points=4,
+                           c_resnet=16, dropout=0.0, init_frames=init_frames).eval()
+
+
+def test_helix_init_outputs_the_ideal_helix_at_zero_initialised_updates() -> None:
+    """init_frames="helix" (issue 14): with the zero-initialised backbone updates the predicted Cα are an
+    ideal, centred, right-handed α-helix (Cα–Cα 3.8 Å, rise ~1.5 Å, ~100° per residue); the backbone atoms
+    built from the frames have ideal N–CA–C and a C–N peptide bond of ~1.33 Å."""
+    sm, length = _structure_module("helix"), 30
+    g = torch.Generator().manual_seed(1)
+    s, z = torch.randn(1, length, 16, generator=g), torch.randn(1, length, length, 8, generator=g)
+    aatype, mask = torch.zeros(1, length, dtype=torch.long), torch.ones(1, length, dtype=torch.bool)
+    with torch.no_grad():
+        out = sm(s, z, aatype, mask)
+    for layer in range(sm.n_layers):  # every layer returns the starting frames: updates are zero-initialised
+        assert torch.allclose(out["frames_trans"][0, layer], out["frames_trans"][0, 0], atol=1e-5)
+    ca = out["atom14"][0, :, 1].double()
+    assert torch.allclose(ca, out["frames_trans"][0, -1].double(), atol=1e-4)
+    assert torch.allclose(ca.mean(0), torch.zeros(3, dtype=torch.float64), atol=1e-4)
+    assert torch.allclose((ca[1:] - ca[:-1]).norm(dim=-1), torch.full((length - 1,), 3.80, dtype=torch.float64),
+                          atol=0.02)
+    centred = ca - ca.mean(0)
+    axis = torch.linalg.svd(centred).Vh[0]
+    rise = (ca[1:] - ca[:-1]) @ axis
+    assert abs(float(rise.abs().mean()) - 1.5) < 0.1 and (rise.sign() == rise[0].sign()).all()
+    radial = centred - (centred @ axis)[:, None] * axis
+    assert abs(float(radial.norm(dim=-1).mean()) - 2.3) < 0.1
+    turn = torch.rad2deg(torch.atan2(torch.linalg.cross(radial[:-1], radial[1:]) @ axis * rise[0].sign(),
+                                     (radial[:-1] * radial[1:]).sum(-1)))
+    # positive about the direction of travel: right-handed (the principal axis of 30 residues is ~1° off)
+    assert abs(float(turn.mean()) - 100.0) < 3.0 and ((turn - 100.0).abs() < 10.0).all()
+    n, c = out["atom14"][0, :, 0].double(), out["atom14"][0, :, 2].double()
+    assert ((c[:-1] - n[1:]).norm(dim=-1) - 1.33).abs().max() < 0.05
+    # the helix baseline's geometry (evaluate stage): same distances, up to a rigid motion
+    from foldworks.evaluate.baseline import ideal_helix
+    ref = torch.as_tensor(ideal_helix(length))
+    for k in (1, 2, 3, 4, 10):  # NeRF rise 1.54 Å vs the baseline's 1.5
+        assert ((ca[k:] - ca[:-k]).norm(dim=-1) - (ref[k:] - ref[:-k]).norm(dim=-1)).abs().max() < 0.1 + 0.05 * k
+
+
+def test_structure_module_with_helix_init_is_invariant_and_identity_init_unchanged() -> None:
+    """With non-zero updates, a starting helix moved by a global rotation + translation gives the same
+    prediction moved by the same motion (IPA is invariant, the updates are composed in the local frame),
+    so the helix prior fixes no orientation; init_frames="identity" keeps AF2's black hole (all Cα at the
+    origin at zero-initialised updates); other values are refused."""
+    length = 12
+    g = torch.Generator().manual_seed(2)
+    s, z = torch.randn(2, length, 16, generator=g), torch.randn(2, length, length, 8, generator=g)
+    aatype, mask = torch.zeros(2, length, dtype=torch.long), torch.ones(2, length, dtype=torch.bool)
+    sm = _structure_module("helix")
+    torch.nn.init.normal_(sm.ipa.out.weight, std=0.1)
+    torch.nn.init.normal_(sm.backbone_update.lin.weight, std=0.1)
+    rot, shift = _global_transform(2)
+    start = helix_frames((2, length), dtype=torch.float64)
+    moved_start = rigid.compose((rot, shift), start)
+    with torch.no_grad():
+        out = sm(s, z, aatype, mask)
+        original = structure.helix_frames
+        try:
+            structure.helix_frames = lambda shape, device=None, dtype=torch.float32: tuple(
+                t.to(dtype) for t in moved_start)
+            out_moved = sm(s, z, aatype, mask)
+        finally:
+            structure.helix_frames = original
+    atoms = out["atom14"][:, :, :5].double()  # ALA: N, CA, C, O, CB (the other atom14 slots are empty)
+    expected = rigid.apply((rot, shift), atoms)
+    assert (atoms[:, :, 1] - start[1]).norm(dim=-1).mean() > 0.1  # the updates did move the atoms
+    assert torch.allclose(out_moved["atom14"][:, :, :5].double(), expected, atol=2e-3)
+    black_hole = _structure_module("identity")
+    with torch.no_grad():
+        ca = black_hole(s, z, aatype, mask)["atom14"][:, :, 1]
+    assert ca.abs().max() < 1e-6
+    with pytest.raises(ValueError, match="init_frames"):
+        _structure_module("sheet")

@@ -204,6 +204,21 @@ def test_crops_depend_only_on_seed_epoch_index(cache: Path) -> None:
     assert len(ds[(0, long_index)]["aatype"]) == 20
 
 
+def test_crop_size_min_draws_crop_lengths_per_item_reproducibly(cache: Path) -> None:
+    targets = select_targets(pd.read_parquet(cache / "chains.parquet"), ["train"], cache / "features")
+    ds = ChainDataset(targets, crop_size=40, max_msa_rows=4, seed=0, train=True, crop_size_min=10)
+    fixed = ChainDataset(targets, crop_size=40, max_msa_rows=4, seed=0, train=True)
+    long_index = max(range(len(targets)), key=lambda i: fixed[(0, i)]["residue_index"][-1])
+    sizes = [len(ds[(e, long_index)]["aatype"]) for e in range(12)]
+    assert all(10 <= n <= 40 for n in sizes) and len(set(sizes)) > 3  # drawn per item in [min, max]
+    assert sizes == [len(ds[(e, long_index)]["aatype"]) for e in range(12)]  # a function of (seed, epoch, slot)
+    assert len(fixed[(0, long_index)]["aatype"]) == 40  # default (null): every crop has crop_size residues
+    val = ChainDataset(targets, crop_size=40, max_msa_rows=4, seed=0, train=False, crop_size_min=10)
+    assert len(val[(0, long_index)]["aatype"]) > 40  # validation keeps whole chains
+    assert resolve_config({"model": "distogram", "data": {"crop_size_min": 16}})["data"]["crop_size_min"] == 16
+    with pytest.raises(ValueError, match="crop_size_min"):
+        resolve_config({"model": "distogram", "data": {"crop_size": 32, "crop_size_min": 64}})
+
 def test_spatial_crop_keeps_the_residues_nearest_an_anchor(cache: Path) -> None:
     targets = select_targets(pd.read_parquet(cache / "chains.parquet"), ["train"], cache / "features")
     feats = load_feature_file(max((p for _, p in targets), key=lambda p: load_feature_file(p)["aatype"].shape[0]))

@@ -22,6 +22,11 @@ DEFAULT_DATA: dict[str, Any] = {
     # probability that a training crop is spatial (the crop_size residues nearest a random anchor
     # residue by Cα distance, as AF2-multimer/OpenFold) instead of a contiguous window
     "spatial_crop_prob": 0.0,
+    # null: every training crop has crop_size residues; an int: each training crop's size is drawn
+    # uniformly in [crop_size_min, crop_size] (per item, from default_rng([seed, epoch, slot, 1]); the crop
+    # itself keeps its RNG), so the model sees pieces of
+    # several lengths (issue 14: with one crop size the structure module learns one size of fold)
+    "crop_size_min": None,
     # "cluster_weighted": draw chains with replacement ∝ chains.parquet `sample_weight`;
     # "uniform": a permutation of the train chains per epoch
     "sampler": "cluster_weighted",
@@ -106,6 +111,8 @@ def _check_data(data: dict[str, Any]) -> None:
     for key in ("crop_size", "batch_size", "val_batch_size", "max_msa_rows", "bucket_window"):
         if int(data[key]) < 1:
             raise ValueError(f"experiment config: data.{key} must be >= 1")
+    if data["crop_size_min"] is not None and not 1 <= int(data["crop_size_min"]) <= int(data["crop_size"]):
+        raise ValueError("experiment config: data.crop_size_min must be null or in [1, crop_size]")
     if not 0.0 <= float(data["spatial_crop_prob"]) <= 1.0:
         raise ValueError("experiment config: data.spatial_crop_prob must be in [0, 1]")
     if data["sampler"] not in _SAMPLERS:

@@ -163,9 +163,10 @@ class ChainDataset(Dataset):
     """
 
     def __init__(self, targets: list[tuple[str, Path]], crop_size: int | None, max_msa_rows: int,
-                 seed: int, train: bool, spatial_crop_prob: float = 0.0) -> None:
+                 seed: int, train: bool, spatial_crop_prob: float = 0.0, crop_size_min: int | None = None) -> None:
         self.targets, self.crop_size, self.max_msa_rows = targets, crop_size, max_msa_rows
         self.seed, self.train, self.spatial_crop_prob = seed, train, spatial_crop_prob
+        self.crop_size_min = crop_size_min
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -178,8 +179,10 @@ class ChainDataset(Dataset):
         except Exception as exc:  # name the target in the error
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
         rng = np.random.default_rng([self.seed, epoch, slot]) if self.train else None
-        return make_example(feats, self.crop_size if self.train else None, self.max_msa_rows, rng,
-                            self.spatial_crop_prob)
+        crop = self.crop_size if self.train else None
+        if rng is not None and crop is not None and self.crop_size_min is not None:
+            crop = int(np.random.default_rng([self.seed, epoch, slot, 1]).integers(self.crop_size_min, crop + 1))
+        return make_example(feats, crop, self.max_msa_rows, rng, self.spatial_crop_prob)
 
 
 def _worker_init(worker_id: int) -> None:
@@ -249,8 +252,9 @@ class FeatureDataModule(L.LightningDataModule):
         if start:
             log.info("train loader resumes at micro-batch %d of %d (data epoch %d)", start, self.total,
                      self.train_sampler.epoch_of(start))
+        crop_min = self.cfg.get("crop_size_min")
         dataset = ChainDataset(self.train_targets, crop, int(self.cfg["max_msa_rows"]), self.seed, True,
-                               float(self.cfg["spatial_crop_prob"]))
+                               float(self.cfg["spatial_crop_prob"]), None if crop_min is None else int(crop_min))
         return self._loader(dataset, self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -78,6 +78,14 @@ Simplified vs AF2/OpenFold, and why:
   still moves every residue ~5 Å in an uncoordinated local direction, so the size stays set by the
   losses for a training crop, not by the chain length; it trades val lDDT-Cα for GDT-TS / TM, so the
   demo leaves it off.
+* **Optional helix start** (``init_frames: helix``, default ``identity``; issue 14): the structure
+  module's starting frames are an ideal, centred α-helix's backbone frames (a prior; AF2 Alg 20 line 2
+  starts at the identity). Measured on val: the trained module stays on the helix (~0.7 Å per layer),
+  so it scores as the helix baseline (BENCHMARKS.md "Helix start, crop lengths and a length signal").
+* **Optional length signal** (``length_signal``, default off; issue 14): a learned linear of
+  log(residues present / 64) added to the structure module's single input. With ``data.crop_size_min``
+  (crops of several lengths) and ``w_ca_dist`` the ball grows, but its size still does not follow the
+  chain length on val.
   ``n_struct_layers: 8`` (AF2's depth, supp. 1.8; the preset has 4) gave a 3-seed val mean lDDT-Cα
   +0.016, GDT-TS / TM within seed noise, and the ball stays (BENCHMARKS.md); the demo keeps 4.
 * ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one

@@ -66,6 +66,13 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): mean |d_pred − d_true| (Å / 10) over all resolved Cα pairs (losses.ca_distance_loss);
     # the one structure term whose gradient neither clamps nor vanishes for a collapsed ball (issue 14).
     "w_ca_dist": 0.0,
+    # Structure-module starting frames: "identity" (AF2's black hole, Alg 20 line 2) or "helix" (not in AF2:
+    # an ideal α-helix along the chain, centred; structure.helix_frames; issue 14).
+    "init_frames": "identity",
+    # Not in AF2 (False = off): add a learned linear function of log(number of residues present) to the
+    # single representation entering the structure module, so it can size the fold by chain (crop) length;
+    # with the attention normalised and relative positions clipped at ±32 nothing else tells it (issue 14).
+    "length_signal": False,
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
@@ -109,7 +116,9 @@ class EvoformerModel(nn.Module):
             pair_dropout=cfg["pair_dropout"])
         self.single = nn.Linear(c_m, c_s)
         self.structure = StructureModule(c_s, c_z, cfg["n_struct_layers"], cfg["c_ipa"], cfg["n_heads_ipa"],
-                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"])
+                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"],
+                                         cfg["init_frames"])
+        self.length_embed = nn.Linear(1, c_s) if cfg["length_signal"] else None
         self.distogram_head = DistogramHead(c_z)
         self.msa_head = MaskedMSAHead(c_m)
         self.plddt_head = PLDDTHead(c_s, cfg["c_plddt"])
@@ -208,6 +217,9 @@ class EvoformerModel(nn.Module):
         z = z + dz
         m, z = self.evoformer(m, z, msa_mask, pair_mask, self.cfg["chunk_size"])
         s = self.single(m[:, 0])
+        if self.length_embed is not None:  # log(n / 64): 0 at the demo crop, ±0.7 at half / double
+            n_res = mask.float().sum(-1).clamp(min=1.0)
+            s = s + self.length_embed(torch.log(n_res / 64.0)[:, None, None].to(s.dtype))
         sm = self.structure(s, z, aatype, mask)
         atom37, exists = all_atom.atom14_to_atom37(sm["atom14"], aatype)
         fmask = mask.float()
