@@ -140,7 +140,8 @@ def run_dry(n: int, scenario: str, upstream: bool, scratch: Path) -> dict:
     entries = scratch / f"entries_{n}.txt"
     entries.write_text("\n".join(ids) + "\n")
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["pdb"]["entries"] = str(entries)
+    config["pdb"].update(entries=str(entries), shard_chars=2)  # full-PDB keys (the demo config: 1)
+    config["msa"]["shard_chars"] = 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     if scenario == "after-chains":
         fake_upstream_outputs(workdir, ids)

@@ -40,7 +40,8 @@ def setup(n: int, scratch: Path) -> None:
     entries = scratch / f"entries_{n}.txt"
     entries.write_text("\n".join(ids) + "\n")
     config = yaml.safe_load((shards.REPO / "config/config.yaml").read_text())
-    config["pdb"].update(entries=str(entries), source=str(mirror))
+    config["pdb"].update(entries=str(entries), source=str(mirror), shard_chars=2)  # full-PDB keys
+    config["msa"]["shard_chars"] = 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     shards.fake_upstream(workdir, ids, t0)
     after = shards.dry_run(workdir, scratch, "after-chains", n)

@@ -92,10 +92,11 @@ def synthetic_table(ids: list[str]) -> pd.DataFrame:
     return table
 
 
-def fake_upstream(workdir: Path, ids: list[str], t0: float) -> None:
-    """Placeholders up to the chains checkpoint, oldest first."""
+def fake_upstream(workdir: Path, ids: list[str], t0: float, entry_chars: int = 2) -> None:
+    """Placeholders up to the chains checkpoint, oldest first (entry shard keys of
+    ``entry_chars`` characters, the config's ``pdb.shard_chars``)."""
     touch(workdir / "data/raw/entries.txt", t0)
-    for key in sorted({e[1:3] for e in ids}):
+    for key in sorted({e[1:1 + entry_chars] for e in ids}):
         touch(workdir / f"data/raw/shards/{key}.tsv", t0 + 1)
         touch(workdir / f"data/parsed/shards/{key}.tsv", t0 + 2)
     synthetic_table(ids).to_parquet(workdir / "data/chains.parquet")
@@ -174,7 +175,8 @@ def run_size(n: int, scratch: Path) -> list[dict]:
     entries = scratch / f"entries_{n}.txt"
     entries.write_text("\n".join(ids) + "\n")
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["pdb"].update(entries=str(entries), source=str(mirror))
+    config["pdb"].update(entries=str(entries), source=str(mirror), shard_chars=2)  # full-PDB keys
+    config["msa"]["shard_chars"] = 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     results = [dry_run(workdir, scratch, "fresh", n)]
     fake_upstream(workdir, ids, t0)

@@ -13,6 +13,17 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def demo_entry_key(entry: str) -> str:
+    """The entry shard key of ``entry`` under config/config.yaml's ``pdb.shard_chars`` (what a test
+    config that does not set it inherits: the Snakefile loads config/config.yaml first)."""
+    import yaml
+
+    from foldworks.shards import entry_shard
+
+    chars = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["pdb"].get("shard_chars", 2)
+    return entry_shard(entry, chars)
+
+
 def _shared_path(env_var: str, relative: str) -> Path | None:
     candidates = [os.environ.get(env_var), str(REPO_ROOT.parent / "shared" / relative)]
     for candidate in candidates:

@@ -56,7 +56,7 @@ def test_corrupt_or_foreign_cache_files_are_rebuilt(tmp_path):
         (cache / "chain_shards.json").write_text(content)
         assert dagindex.load_chain_shards(table, 2, cache).features == expected
     stored = json.loads((cache / "chain_shards.json").read_text())
-    assert stored["key"][1:] == [*dagindex.file_key(table), "msa_chars=2"]
+    assert stored["key"][1:] == [*dagindex.file_key(table), "msa_chars=2", "entry_chars=2"]
 
 
 def test_msa_digests_follow_the_index_rows(tmp_path):
@@ -82,3 +82,14 @@ def test_msa_digests_follow_the_index_rows(tmp_path):
 def test_entry_list_digest_of_normalized_ids_is_the_entry_list_digest():
     entries = ["1crn", "9xyz", "1abc", "1crn"]
     assert dagindex.normalized_entry_list_digest(entries) == entry_list_digest(entries)
+
+
+def test_entry_shards_follow_the_configured_key_length(tmp_path):
+    """`pdb.shard_chars: 1`: features shards and their hashes keyed by the first of the middle two
+    characters; the cache keeps the two widths apart."""
+    table, cache = tmp_path / "chains.parquet", tmp_path / "cache"
+    chain_table(table)
+    assert dagindex.load_chain_shards(table, 2, cache).features.keys() == {"ab", "xy"}
+    one = dagindex.load_chain_shards(table, 2, cache, entry_chars=1)
+    assert one.features == {"a": f"1abc_A:{H1},1abc_B:{H1},2abd_A:{H2}", "x": f"1xyz_A:{H3}"}
+    assert one.hashes == {"a": f"{H1},{H2}", "x": H3} and one.shards_of_split["test"] == ["x"]

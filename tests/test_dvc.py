@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, require_tool
+from conftest import REPO_ROOT, demo_entry_key, require_tool
 from foldworks.provenance import code_hash, config_hash, provenance_record, sidecar_path, write_sidecars
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
@@ -334,7 +334,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
         assert {rule: before.counts.get(rule, 0) for rule in ("ingest", "chains")} == \
             {"ingest": 1, "chains": 1}, before.counts
         assert not {"msa_db", "msa", "features"} & set(before.counts), before.counts
-        assert f"raw/shards/{MUTATED_ENTRY[1:3]}.tsv" in before.output
+        assert f"raw/shards/{demo_entry_key(MUTATED_ENTRY)}.tsv" in before.output
         smk(work, "--cores", "2", "data/chains.parquet")
         after = dry_run(work)
         # third step: once the msa shard and checkpoint msa_index have run, the features shards
@@ -354,7 +354,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     stages = ("ingest", "chains", "msa_db", "msa", "msa_index", "features")
     assert {rule: past_index.counts.get(rule, 0) for rule in stages} == \
         {"ingest": 0, "chains": 0, "msa_db": 0, "msa": 0, "msa_index": 0, "features": 1}, past_index.counts
-    assert f"features/shards/{MUTATED_ENTRY[1:3]}.tsv" in past_index.output
+    assert f"features/shards/{demo_entry_key(MUTATED_ENTRY)}.tsv" in past_index.output
     # 3 structure (evoformer from config/config.yaml) + 2 design experiments (mpnn, mpnn_ft), shrunk by tiny_config
     assert {rule: past_index.counts[rule] for rule in ("train", "predict", "evaluate", "evaluate_baseline", "report",
                                                        "evaluate_design", "report_design")} \

@@ -235,9 +235,11 @@ def test_profile_entry_points():
     assert local["executor"] == "local"
 
 
-def dry_run(tmp_path: Path, n: int, scenario: str, make_ids=None) -> str:
+def dry_run(tmp_path: Path, n: int, scenario: str, make_ids=None, entry_chars: int = 2, msa_chars: int = 2) -> str:
     """`snakemake --profile slurm -n` (as typed in the repo root) at ``n`` synthetic entries
-    (bench/bench_shards.py: IDs spread over the divided-layout keys, 3 chains per entry)."""
+    (bench/bench_shards.py: IDs spread over the divided-layout keys, 3 chains per entry), with
+    the full-PDB shard keys by default (``pdb.shard_chars``, ``msa.shard_chars``: 2; the demo
+    config uses 1)."""
     import os
     import sys
     import time
@@ -246,12 +248,14 @@ def dry_run(tmp_path: Path, n: int, scenario: str, make_ids=None) -> str:
     from bench_shards import SITE_ENV, fake_upstream, synthetic_ids
 
     ids = (make_ids or synthetic_ids)(n)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "entries.txt").write_text("\n".join(ids) + "\n")
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
-    config["pdb"]["entries"] = str(tmp_path / "entries.txt")
+    config["pdb"].update(entries=str(tmp_path / "entries.txt"), shard_chars=entry_chars)
+    config["msa"]["shard_chars"] = msa_chars
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     if scenario == "after-chains":
-        fake_upstream(tmp_path, ids, time.time() - 3600)
+        fake_upstream(tmp_path, ids, time.time() - 3600, entry_chars)
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, **SITE_ENV, "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -295,6 +299,29 @@ def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
         assert f"fetch --key {key} --items {','.join(sorted(entries))} " in log
         assert f"parse --key {key} --items {','.join(sorted(entries))} " in log
     assert "Group job" not in log
+
+
+def test_one_character_keys_shard_by_the_first_of_the_middle_two(tmp_path):
+    """`pdb.shard_chars: 1`, `msa.shard_chars: 1` (the demo's, for small runs): one ingest job per
+    first character of the middle two (1abc -> a) and, after the checkpoint, one msa job per
+    first hex character and one features job per 1-character entry key."""
+    import pandas as pd
+
+    from foldworks.shards import group_entries
+
+    log = dry_run(tmp_path / "fresh", 300, "fresh", entry_chars=1, msa_chars=1)
+    from bench_shards import synthetic_ids  # bench/ is on the path now (dry_run)
+
+    shards = group_entries(synthetic_ids(300), 1)
+    assert 1 < len(shards) <= 36 and all(len(key) == 1 for key in shards)
+    assert sorted(all_outputs_of(log, "ingest")) == sorted(
+        [f"data/raw/shards/{k}.tsv" for k in shards] + [f"data/parsed/shards/{k}.tsv" for k in shards])
+    for key, entries in shards.items():
+        assert f"fetch --key {key} --items {','.join(entries)} " in log
+    log = dry_run(tmp_path / "after", 300, "after-chains", entry_chars=1, msa_chars=1)
+    table = pd.read_parquet(tmp_path / "after/data/chains.parquet")
+    assert sorted(outputs_of(log, "msa")) == [f"data/msa/shards/{p}.tsv" for p in sorted({h[0] for h in table["sequence_hash"]})]
+    assert sorted(outputs_of(log, "features")) == [f"data/features/shards/{k}.tsv" for k in sorted(set(table["entry"].str[1]))]
 
 
 def test_dry_run_after_chains_has_one_job_per_msa_and_features_shard(tmp_path):

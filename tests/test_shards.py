@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from foldworks.shards import (Row, entry_shard, file_sha256, fetch_attempt_token, group_entries, read_attempt, read_manifest,
-                              sequence_shard, write_manifest)
+from foldworks.shards import (ONE_CHAR_ENTRY_LIMIT, Row, entry_shard, file_sha256, fetch_attempt_token, group_entries,
+                              read_attempt, read_manifest, sequence_shard, shard_size_note, write_manifest)
 from foldworks.shards.__main__ import main as shard_main
 from foldworks.shards.run import partial_path, run_items, state_path
 from foldworks.shards.run import Plan
@@ -30,6 +30,22 @@ def test_keys_follow_the_divided_layout_and_hash_prefix():
     assert sequence_shard("0123456789abcdef0123", 3) == "012"
     with pytest.raises(ValueError):
         sequence_shard("../etc")
+
+
+def test_one_character_entry_keys_are_the_first_of_the_middle_two():
+    """`pdb.shard_chars: 1` (small runs): 1abc -> a, so a key is one group of divided-layout dirs."""
+    assert entry_shard("1ABC", 1) == "a"
+    assert group_entries(["2abd", "1axy", "1xyz"], 1) == {"a": ["1axy", "2abd"], "x": ["1xyz"]}
+    for bad in (0, 3):
+        with pytest.raises(ValueError):
+            group_entries(["1abc"], bad)
+
+
+def test_one_character_keys_warn_only_for_large_runs():
+    assert shard_size_note(ONE_CHAR_ENTRY_LIMIT, 1) == []
+    assert shard_size_note(230_000, 2) == []
+    (note,) = shard_size_note(230_000, 1)
+    assert "230,000 entries" in note and "~6,388 each" in note and "pdb.shard_chars: 2" in note
 
 
 def test_manifest_is_rewritten_only_when_its_content_changes(tmp_path):
@@ -155,10 +171,38 @@ def test_fetch_and_parse_shards_redo_only_the_changed_mirror_entry(tmp_path, pdb
     assert (npz.stat().st_mtime_ns != npz_mtime) == record_changed
 
 
-def test_cli_refuses_items_outside_the_shard(tmp_path):
+@pytest.mark.parametrize("key, items", [("ab", "1abc,1xyz"), ("a", "1abc,1xyz"), ("abc", "1abc")])
+def test_cli_refuses_items_outside_the_shard(tmp_path, key, items):
     with pytest.raises(SystemExit):
-        shard_main(["fetch", "--key", "ab", "--items", "1abc,1xyz", "--manifest", str(tmp_path / "m.tsv"),
+        shard_main(["fetch", "--key", key, "--items", items, "--manifest", str(tmp_path / "m.tsv"),
                     "--source", str(tmp_path)])
+
+
+def test_one_character_shard_fetches_every_entry_of_its_key(tmp_path, pdb_mirror):
+    """Key ``c`` holds 1crn and 1cyo (divided-layout dirs cr and cy): one job fetches both."""
+    assert _fetch(tmp_path, pdb_mirror, "c", ["1crn", "1cyo"]) == 0
+    rows = read_manifest(tmp_path / "data/raw/shards/c.tsv")
+    assert {item: row.status for item, row in rows.items()} == {"1crn": "ok", "1cyo": "ok"}
+
+
+def test_renamed_shard_reuses_items_of_the_other_key_length(tmp_path, pdb_mirror):
+    """After `pdb.shard_chars` 2 -> 1, shard ``c`` keeps 1crn as fetched under ``cr`` (same input,
+    stamp and outputs: not refetched) and fetches only 1cyo; back to 2, ``cy`` keeps 1cyo."""
+    assert _fetch(tmp_path, pdb_mirror, "cr", ["1crn"]) == 0
+    record = tmp_path / "data/raw/1crn.json"
+    before = record.stat().st_mtime_ns
+    assert _fetch(tmp_path, pdb_mirror, "c", ["1crn", "1cyo"]) == 0
+    assert record.stat().st_mtime_ns == before, "1crn was refetched"
+    assert read_manifest(tmp_path / "data/raw/shards/c.tsv").keys() == {"1crn", "1cyo"}
+    cyo = tmp_path / "data/raw/1cyo.json"
+    cyo_before = cyo.stat().st_mtime_ns
+    assert _fetch(tmp_path, pdb_mirror, "cy", ["1cyo"]) == 0
+    assert cyo.stat().st_mtime_ns == cyo_before, "1cyo was refetched"
+    # a changed stamp (other fetch code) still recomputes, whatever manifest the row came from
+    assert shard_main(["fetch", "--key", "c", "--items", "1crn", "--manifest", str(tmp_path / "data/raw/shards/c.tsv"),
+                       "--source", str(pdb_mirror), "--code", "c2", "--records-dir", str(tmp_path / "data/raw"),
+                       "--failures-dir", str(tmp_path / "data/failures")]) == 0
+    assert record.stat().st_mtime_ns != before, "a new fetch code must refetch"
 
 
 @pytest.mark.parametrize("relative", ["mirror", "mirror/", "./mirror", "."])

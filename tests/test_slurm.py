@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO_ROOT, require_tool
+from conftest import REPO_ROOT, demo_entry_key, require_tool
 from test_train_resume import SNAKEFILE as TRAIN_SNAKEFILE
 from slurm_cluster import CPU_PARTITION, GPU_PARTITION, SlurmCluster, unavailable_reason
 from foldworks.train.data import select_rows
@@ -156,7 +156,7 @@ def test_per_item_stages_ran_one_slurm_job_per_shard(slurm_run):
     fetch and parse (rule ingest)."""
     _, jobs, stderr = slurm_run
     folders = [part for job in jobs for part in Path(job["StdOut"]).parts if part.startswith(("rule_", "group_"))]
-    shards = {entry[1:3] for entry in SLURM_ENTRIES}
+    shards = {demo_entry_key(entry) for entry in SLURM_ENTRIES}
     assert folders.count("rule_ingest") == len(shards)
     assert not {"rule_fetch", "rule_parse"} & set(folders)
     assert not [name for name in folders if name.startswith("group_")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from _fault_server import FaultServer
-from conftest import REPO_ROOT, run_snakemake
+from conftest import REPO_ROOT, demo_entry_key, run_snakemake
 from foldworks.fetch import fetch_entry
 from foldworks.fetch import holdings as hold
 from foldworks.fetch.mirror import list_mirror, manifest_release_dates
@@ -220,8 +221,9 @@ def test_workflow_plans_all_entries_of_a_divided_mirror(pdb_mirror: Path, tmp_pa
     assert result.returncode == 0, result.stderr[-4000:]
     out = result.stdout + result.stderr
     assert "divided layout, 3 entries" in out and "0 entries left out; 3 without a known release date" in out
-    for entry in ("1aki", "1ubq", "1ckb"):  # per-entry fetch jobs, or per-shard ones (branch i16-shards)
-        assert f"data/raw/{entry}.json" in out or f"data/raw/shards/{entry[1:3]}.tsv" in out
+    for entry in ("1aki", "1ubq", "1ckb"):  # each in the item list of its ingest shard job
+        key = demo_entry_key(entry)
+        assert re.search(rf"fetch --key {key} --items [a-z0-9,]*\b{entry}\b", out), entry
 
 
 def test_holdings_parsers_fast_path_and_odd_values() -> None:

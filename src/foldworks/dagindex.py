@@ -44,9 +44,10 @@ class ChainShards:
     hashes: dict[str, str]
 
 
-def build_chain_shards(table_path: str | Path, msa_chars: int) -> ChainShards:
+def build_chain_shards(table_path: str | Path, msa_chars: int, entry_chars: int = 2) -> ChainShards:
     """:class:`ChainShards` of the passed chains of ``table_path`` (columns ``entry``, ``chain``,
-    ``sequence_hash``, ``split``, ``passed_filters``); msa shards keyed by ``msa_chars`` characters."""
+    ``sequence_hash``, ``split``, ``passed_filters``); msa shards keyed by ``msa_chars`` characters,
+    entry shards by ``entry_chars`` (foldworks.shards.entry_shard)."""
     import pyarrow.parquet as pq  # only when (re)building: ~0.7 s to import
 
     table = pq.read_table(table_path, columns=["entry", "chain", "sequence_hash", "split", "passed_filters"])
@@ -58,7 +59,7 @@ def build_chain_shards(table_path: str | Path, msa_chars: int) -> ChainShards:
     msa: dict[str, set[str]] = {}
     by_entry_shard: dict[str, set[str]] = {}
     for entry, chain, seq_hash, split in zip(entries, chains, hashes, splits):
-        key = entry[1:3]
+        key = entry[1:1 + entry_chars]
         features.setdefault(key, []).append(f"{entry}_{chain}:{seq_hash}")
         of_split.setdefault(split, set()).add(key)
         by_entry_shard.setdefault(key, set()).add(seq_hash)
@@ -101,24 +102,26 @@ def cached(name: str, key: list[str], build: Callable[[], dict], cache_dir: str 
     return value
 
 
-def load_chain_shards(table_path: str | Path, msa_chars: int, cache_dir: str | Path = CACHE_DIR) -> ChainShards:
-    """:func:`build_chain_shards`, cached under the table's path, size and mtime and ``msa_chars``."""
-    value = cached("chain_shards", [*file_key(table_path), f"msa_chars={msa_chars}"],
-                   lambda: asdict(build_chain_shards(table_path, msa_chars)), cache_dir)
+def load_chain_shards(table_path: str | Path, msa_chars: int, cache_dir: str | Path = CACHE_DIR, *,
+                      entry_chars: int = 2) -> ChainShards:
+    """:func:`build_chain_shards`, cached under the table's path, size and mtime and the key lengths."""
+    value = cached("chain_shards", [*file_key(table_path), f"msa_chars={msa_chars}", f"entry_chars={entry_chars}"],
+                   lambda: asdict(build_chain_shards(table_path, msa_chars, entry_chars)), cache_dir)
     return ChainShards(**value)
 
 
 def msa_digests(index_path: str | Path, shards: ChainShards, table_path: str | Path, msa_chars: int,
                 digest: Callable[[Mapping[str, str], list[str]], str],
                 read_rows: Callable[[str | Path], Mapping[str, str]],
-                cache_dir: str | Path = CACHE_DIR) -> dict[str, str]:
+                cache_dir: str | Path = CACHE_DIR, *, entry_chars: int = 2) -> dict[str, str]:
     """``{entry shard: digest(index rows, its hashes)}`` for every features shard, cached under the
     index's and the table's keys (``shards`` must be the table's :class:`ChainShards`)."""
     def build() -> dict[str, str]:
         rows = read_rows(index_path)
         return {key: digest(rows, hashes.split(",")) for key, hashes in shards.hashes.items()}
 
-    return cached("msa_digests", [*file_key(index_path, table_path), f"msa_chars={msa_chars}"], build, cache_dir)
+    return cached("msa_digests", [*file_key(index_path, table_path), f"msa_chars={msa_chars}",
+                                  f"entry_chars={entry_chars}"], build, cache_dir)
 
 
 def normalized_entry_list_digest(entries: list[str]) -> str:

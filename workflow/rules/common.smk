@@ -19,7 +19,7 @@ from foldworks.ids import msa_relpath, normalize_entry, validate_experiment
 from foldworks.dagindex import ChainShards, load_chain_shards, msa_digests
 from foldworks.msa.index import read_digest_rows, shard_digest
 from foldworks.provenance import code_hash
-from foldworks.shards import SEQ_SHARD_CHARS, fetch_attempt_token, group_entries
+from foldworks.shards import SEQ_SHARD_CHARS, fetch_attempt_token, group_entries, shard_size_note
 
 
 def read_entries(pdb) -> tuple[list[str], list[dict]]:
@@ -42,8 +42,12 @@ def slice_json(*keys: str) -> str:
 
 
 ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"])
-# Entry shards (foldworks.shards): {divided-layout key (middle two characters): sorted entries}.
-ENTRY_SHARDS = group_entries(ENTRIES)
+# Entry shards (foldworks.shards): {key: sorted entries}; the key is the divided-layout key (the
+# middle two characters) or, with `pdb.shard_chars: 1`, its first character.
+ENTRY_SHARD_CHARS = int(config["pdb"]["shard_chars"])
+ENTRY_SHARDS = group_entries(ENTRIES, ENTRY_SHARD_CHARS)
+for _note in shard_size_note(len(ENTRIES), ENTRY_SHARD_CHARS):
+    logger.warning(_note)
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
 # Task of each experiment's family (structure / design); mismatched settings, unknown tasks and
 # bad init_from chains fail here, at config load, naming the experiment (imports torch).
@@ -62,7 +66,7 @@ def experiment_pattern(names) -> str:
 wildcard_constraints:
     entry=r"[0-9][a-z0-9]{3}",
     chain=r"[A-Za-z0-9]{1,4}",
-    shard=r"[a-z0-9]{1,3}",
+    shard=r"[a-z0-9]{1,3}",  # entry shards: [a-z0-9]{pdb.shard_chars}; msa: hex (rules)
     experiment="|".join(EXPERIMENTS),
 
 
@@ -82,12 +86,12 @@ def _chain_index() -> ChainShards:
     if not _CHAINS_DONE:
         _CHAINS_DONE.append(checkpoints.chains.get().output.table)
     stat = Path(_CHAINS_DONE[0]).stat()
-    return _read_chain_index(_CHAINS_DONE[0], stat.st_mtime_ns, stat.st_size, MSA_SHARD_CHARS)
+    return _read_chain_index(_CHAINS_DONE[0], stat.st_mtime_ns, stat.st_size, MSA_SHARD_CHARS, ENTRY_SHARD_CHARS)
 
 
 @functools.lru_cache(maxsize=2)
-def _read_chain_index(path: str, mtime_ns: int, size: int, msa_chars: int) -> ChainShards:
-    return load_chain_shards(path, msa_chars)
+def _read_chain_index(path: str, mtime_ns: int, size: int, msa_chars: int, entry_chars: int) -> ChainShards:
+    return load_chain_shards(path, msa_chars, entry_chars=entry_chars)
 
 
 def manifests(stage_dir: str, keys) -> list[str]:
@@ -169,7 +173,8 @@ def _read_msa_digests(path: str, mtime_ns: int, size: int, table_mtime_ns: int, 
                       shards: ChainShards) -> dict[str, str]:
     """Once per index and table version and Snakemake process (the checkpoints rewrite them: new
     mtime); on disk across processes (foldworks.dagindex)."""
-    return msa_digests(path, shards, _CHAINS_DONE[0], MSA_SHARD_CHARS, shard_digest, read_digest_rows)
+    return msa_digests(path, shards, _CHAINS_DONE[0], MSA_SHARD_CHARS, shard_digest, read_digest_rows,
+                       entry_chars=ENTRY_SHARD_CHARS)
 
 
 def features_shard_items(wildcards) -> str:

@@ -36,6 +36,7 @@ rule report_design:
         plot=report("results/plots/design_recovery.png", caption="../report/design_recovery.rst", category="Design"),
     params:
         code=code_hash("report"),
+    localrule: True  # small tables and a plot, as rule report
     conda:
         "../../envs/python.yaml"
     log:

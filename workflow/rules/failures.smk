@@ -22,6 +22,7 @@ rule failures_report:
         # bounded (32 KiB, quoted): one shell argument; the hooks add every refused item
         extra=extra_argument(ENTRY_PROBLEMS),
         code=code_hash("failures", "entrylist"),
+    localrule: True  # reads the failure records and the entry list only
     conda:
         "../../envs/python.yaml"
     log:

@@ -152,6 +152,7 @@ checkpoint msa_index:
         index=MSA_INDEX,
     params:
         code=code_hash("msa/index", "shards"),
+    localrule: True  # reads <= 4,096 small manifests; on the critical path (msa -> features)
     conda:
         "../../envs/hhsuite.yaml"  # the msa package's env (tests/test_envs.py), as msa_summary
     log:

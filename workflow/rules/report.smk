@@ -17,6 +17,7 @@ rule report:
         calibration=report("results/plots/plddt_calibration.png", caption="../report/plddt_calibration.rst", category="Confidence"),
     params:
         code=code_hash("report"),
+    localrule: True  # small tables and plots: a Slurm job would cost more than the work
     conda:
         "../../envs/python.yaml"
     log:

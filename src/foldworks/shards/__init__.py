@@ -1,7 +1,9 @@
 """Shards, the workflow's unit of work at PDB scale, and their manifests.
 
 Entries are grouped by the wwPDB divided-layout key (the middle two characters of the ID,
-``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries) for
+``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries; the
+workflow's ``pdb.shard_chars: 2``) or, for small runs, by its first character (``1abc`` -> ``a``:
+at most 36 shards, each one divided-layout directory group; ``pdb.shard_chars: 1``) for
 ``fetch``, ``parse`` (one Snakemake job per shard running both: rule ``ingest``) and
 ``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
 hex characters of their hash for ``msa`` (256 shards, ~470 sequences each at ~120,000; the
@@ -27,6 +29,9 @@ from typing import Iterable, Mapping
 from foldworks import fsutil
 from foldworks.ids import InvalidIdentifier, SEQUENCE_HASH_PATTERN, normalize_entry
 
+#: Characters of the divided-layout key that name an entry shard (the default of
+#: ``pdb.shard_chars``): 2 = the wwPDB layout (1,296 shards), 1 = its first character (36 shards).
+ENTRY_SHARD_CHARS = 2
 #: Hex characters of the sequence hash that name an msa shard (16**2 = 256 shards), the default
 #: of ``msa.shard_chars``.
 SEQ_SHARD_CHARS = 2
@@ -37,9 +42,16 @@ STATUSES = ("ok", "failed", "transient")
 ATTEMPT_PREFIX = "# attempt="
 
 
-def entry_shard(entry: str) -> str:
-    """The divided-layout key of a PDB ID: its middle two characters (``1abc`` -> ``ab``)."""
-    return normalize_entry(entry)[1:3]
+def entry_shard(entry: str, chars: int = ENTRY_SHARD_CHARS) -> str:
+    """The entry shard of a PDB ID: the first ``chars`` (1 or 2) of its middle two characters, the
+    divided-layout key (``1abc`` -> ``ab``; ``a`` with ``chars=1``)."""
+    _check_entry_chars(chars)
+    return normalize_entry(entry)[1:1 + chars]
+
+
+def _check_entry_chars(chars: int) -> None:
+    if chars not in (1, 2):
+        raise ValueError(f"entry shard characters must be 1 or 2, not {chars!r}")
 
 
 def sequence_shard(seq_hash: str, chars: int = SEQ_SHARD_CHARS) -> str:
@@ -49,12 +61,27 @@ def sequence_shard(seq_hash: str, chars: int = SEQ_SHARD_CHARS) -> str:
     return seq_hash[:chars]
 
 
-def group_entries(entries: Iterable[str]) -> dict[str, list[str]]:
-    """``{shard key: sorted entries}`` for normalised entry IDs, keys sorted."""
+def group_entries(entries: Iterable[str], chars: int = ENTRY_SHARD_CHARS) -> dict[str, list[str]]:
+    """``{shard key: sorted entries}`` for normalised entry IDs, keys (``chars`` long) sorted."""
+    _check_entry_chars(chars)
     shards: dict[str, list[str]] = {}
     for entry in entries:
-        shards.setdefault(entry[1:3], []).append(entry)
+        shards.setdefault(entry[1:1 + chars], []).append(entry)
     return {key: sorted(shards[key]) for key in sorted(shards)}
+
+
+#: Above this many entries a 1-character entry key is worth a warning: ~280 entries a shard and up.
+ONE_CHAR_ENTRY_LIMIT = 10_000
+
+
+def shard_size_note(n_entries: int, chars: int) -> list[str]:
+    """A warning (as a one-item list) when ``pdb.shard_chars: 1`` is used for a large run: 36 shards
+    hold ``n_entries`` / 36 entries each, so a shard job runs long and a one-entry change
+    recomputes nothing more but reruns (re-checks) a large shard. Empty otherwise."""
+    if chars != 1 or n_entries <= ONE_CHAR_ENTRY_LIMIT:
+        return []
+    return [f"pdb.shard_chars: 1 puts {n_entries:,} entries into at most 36 shards (~{n_entries // 36:,} each);"
+            f" above {ONE_CHAR_ENTRY_LIMIT:,} entries use pdb.shard_chars: 2 (README Shards)"]
 
 
 def manifest_path(stage_dir: str, key: str) -> str:

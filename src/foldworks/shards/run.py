@@ -17,6 +17,7 @@ rest when rerun. Old rows are read from all three (partial newest).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +62,29 @@ def state_path(manifest: str | Path) -> Path:
 
 
 def old_rows(manifest: str | Path) -> dict[str, Row]:
-    """Rows of the shard's last runs: manifest, then its state copy, then the partial rows."""
-    return {**read_manifest(manifest), **read_manifest(state_path(manifest)), **read_manifest(partial_path(manifest))}
+    """Rows of the shard's last runs: manifest, then its state copy, then the partial rows; under
+    them the rows of the same stage's shards of another key length (:func:`other_width_manifests`)."""
+    rows: dict[str, Row] = {}
+    for other in other_width_manifests(manifest):
+        rows.update(read_manifest(other))
+    return {**rows, **read_manifest(manifest), **read_manifest(state_path(manifest)),
+            **read_manifest(partial_path(manifest))}
+
+
+def other_width_manifests(manifest: str | Path) -> list[Path]:
+    """Manifests beside ``manifest`` whose key is a shorter or longer prefix of the same items: ``a.tsv``
+    and ``abc.tsv`` for ``ab.tsv``. After `pdb.shard_chars` / `msa.shard_chars` changed, the renamed
+    shards reuse the items computed under the old keys (each row is still checked against its
+    input digest, stamp and outputs) instead of recomputing every entry and alignment."""
+    path = Path(manifest)
+    key = path.stem
+    try:
+        names = [entry.name for entry in os.scandir(path.parent)]
+    except FileNotFoundError:
+        return []
+    return [path.parent / name for name in sorted(names)
+            if name.endswith(".tsv") and not name.startswith(".") and name != path.name
+            and (key.startswith(name[:-4]) or name[:-4].startswith(key))]
 
 
 def _compute(stage: str, item: str, plan: Plan, stamp: str, failures_dir: str | None) -> Row:
