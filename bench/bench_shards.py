@@ -41,6 +41,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dryrun import ID_DIGITS, SITE_ENV, long_commands, snakemake_version  # noqa: E402
+from foldworks.shards import entry_key  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^(local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", re.MULTILINE)
@@ -96,7 +97,7 @@ def fake_upstream(workdir: Path, ids: list[str], t0: float, entry_chars: int = 2
     """Placeholders up to the chains checkpoint, oldest first (entry shard keys of
     ``entry_chars`` characters, the config's ``pdb.shard_chars``)."""
     touch(workdir / "data/raw/entries.txt", t0)
-    for key in sorted({e[1:1 + entry_chars] for e in ids}):
+    for key in sorted({entry_key(e, entry_chars) for e in ids}):
         touch(workdir / f"data/raw/shards/{key}.tsv", t0 + 1)
         touch(workdir / f"data/parsed/shards/{key}.tsv", t0 + 2)
     synthetic_table(ids).to_parquet(workdir / "data/chains.parquet")

@@ -301,27 +301,29 @@ def test_dry_run_has_one_job_per_entry_shard_and_no_groups(tmp_path):
     assert "Group job" not in log
 
 
-def test_one_character_keys_shard_by_the_first_of_the_middle_two(tmp_path):
-    """`pdb.shard_chars: 1`, `msa.shard_chars: 1` (the demo's, for small runs): one ingest job per
-    first character of the middle two (1abc -> a) and, after the checkpoint, one msa job per
-    first hex character and one features job per 1-character entry key."""
+@pytest.mark.parametrize("entry_chars", [1, 0])
+def test_short_entry_keys_shard_by_the_first_of_the_middle_two_or_not_at_all(tmp_path, entry_chars):
+    """`pdb.shard_chars: 1` (1abc -> a) or 0 (one shard `all`, the demo's) with `msa.shard_chars: 1`:
+    one ingest job per key running exactly its entries and, after the checkpoint, one msa job per
+    first hex character and one features job per entry key."""
     import pandas as pd
 
-    from foldworks.shards import group_entries
+    from foldworks.shards import entry_shard, group_entries
 
-    log = dry_run(tmp_path / "fresh", 300, "fresh", entry_chars=1, msa_chars=1)
+    log = dry_run(tmp_path / "fresh", 300, "fresh", entry_chars=entry_chars, msa_chars=1)
     from bench_shards import synthetic_ids  # bench/ is on the path now (dry_run)
 
-    shards = group_entries(synthetic_ids(300), 1)
-    assert 1 < len(shards) <= 36 and all(len(key) == 1 for key in shards)
+    shards = group_entries(synthetic_ids(300), entry_chars)
+    assert (len(shards) == 1) == (entry_chars == 0) and len(shards) <= 36
     assert sorted(all_outputs_of(log, "ingest")) == sorted(
         [f"data/raw/shards/{k}.tsv" for k in shards] + [f"data/parsed/shards/{k}.tsv" for k in shards])
     for key, entries in shards.items():
         assert f"fetch --key {key} --items {','.join(entries)} " in log
-    log = dry_run(tmp_path / "after", 300, "after-chains", entry_chars=1, msa_chars=1)
+    log = dry_run(tmp_path / "after", 300, "after-chains", entry_chars=entry_chars, msa_chars=1)
     table = pd.read_parquet(tmp_path / "after/data/chains.parquet")
     assert sorted(outputs_of(log, "msa")) == [f"data/msa/shards/{p}.tsv" for p in sorted({h[0] for h in table["sequence_hash"]})]
-    assert sorted(outputs_of(log, "features")) == [f"data/features/shards/{k}.tsv" for k in sorted(set(table["entry"].str[1]))]
+    keys = sorted({entry_shard(e, entry_chars) for e in table["entry"]})
+    assert sorted(outputs_of(log, "features")) == [f"data/features/shards/{k}.tsv" for k in keys]
 
 
 def test_dry_run_after_chains_has_one_job_per_msa_and_features_shard(tmp_path):

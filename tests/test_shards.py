@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from foldworks.shards import (ONE_CHAR_ENTRY_LIMIT, Row, entry_shard, file_sha256, fetch_attempt_token, group_entries,
+from foldworks.shards import (ALL_ENTRIES_KEY, SHORT_KEY_ENTRY_LIMITS, Row, entry_shard, file_sha256, fetch_attempt_token, group_entries,
                               read_attempt, read_manifest, sequence_shard, shard_size_note, write_manifest)
 from foldworks.shards.__main__ import main as shard_main
 from foldworks.shards.run import partial_path, run_items, state_path
@@ -36,16 +36,23 @@ def test_one_character_entry_keys_are_the_first_of_the_middle_two():
     """`pdb.shard_chars: 1` (small runs): 1abc -> a, so a key is one group of divided-layout dirs."""
     assert entry_shard("1ABC", 1) == "a"
     assert group_entries(["2abd", "1axy", "1xyz"], 1) == {"a": ["1axy", "2abd"], "x": ["1xyz"]}
-    for bad in (0, 3):
+    for bad in (-1, 3):
         with pytest.raises(ValueError):
             group_entries(["1abc"], bad)
 
 
-def test_one_character_keys_warn_only_for_large_runs():
-    assert shard_size_note(ONE_CHAR_ENTRY_LIMIT, 1) == []
+def test_zero_characters_make_one_shard_of_every_entry():
+    assert entry_shard("1ABC", 0) == ALL_ENTRIES_KEY == "all"
+    assert group_entries(["2abd", "1axy", "1xyz"], 0) == {"all": ["1axy", "1xyz", "2abd"]}
+
+
+def test_short_keys_warn_only_for_large_runs():
+    assert shard_size_note(SHORT_KEY_ENTRY_LIMITS[1], 1) == [] and shard_size_note(SHORT_KEY_ENTRY_LIMITS[0], 0) == []
     assert shard_size_note(230_000, 2) == []
     (note,) = shard_size_note(230_000, 1)
-    assert "230,000 entries" in note and "~6,388 each" in note and "pdb.shard_chars: 2" in note
+    assert "230,000 entries" in note and "~6,388 each" in note and "pdb.shard_chars: 2 " in note
+    (note,) = shard_size_note(5_000, 0)
+    assert "5,000 entries into one shard" in note and "pdb.shard_chars: 1 or 2 " in note
 
 
 def test_manifest_is_rewritten_only_when_its_content_changes(tmp_path):
@@ -187,7 +194,8 @@ def test_one_character_shard_fetches_every_entry_of_its_key(tmp_path, pdb_mirror
 
 def test_renamed_shard_reuses_items_of_the_other_key_length(tmp_path, pdb_mirror):
     """After `pdb.shard_chars` 2 -> 1, shard ``c`` keeps 1crn as fetched under ``cr`` (same input,
-    stamp and outputs: not refetched) and fetches only 1cyo; back to 2, ``cy`` keeps 1cyo."""
+    stamp and outputs: not refetched) and fetches only 1cyo; back to 2, ``cy`` keeps 1cyo; with 0,
+    the one shard ``all`` keeps both and fetches only 1aki."""
     assert _fetch(tmp_path, pdb_mirror, "cr", ["1crn"]) == 0
     record = tmp_path / "data/raw/1crn.json"
     before = record.stat().st_mtime_ns
@@ -198,6 +206,9 @@ def test_renamed_shard_reuses_items_of_the_other_key_length(tmp_path, pdb_mirror
     cyo_before = cyo.stat().st_mtime_ns
     assert _fetch(tmp_path, pdb_mirror, "cy", ["1cyo"]) == 0
     assert cyo.stat().st_mtime_ns == cyo_before, "1cyo was refetched"
+    assert _fetch(tmp_path, pdb_mirror, "all", ["1aki", "1crn", "1cyo"]) == 0  # pdb.shard_chars: 0
+    assert record.stat().st_mtime_ns == before and cyo.stat().st_mtime_ns == cyo_before
+    assert read_manifest(tmp_path / "data/raw/shards/all.tsv")["1aki"].status == "ok"
     # a changed stamp (other fetch code) still recomputes, whatever manifest the row came from
     assert shard_main(["fetch", "--key", "c", "--items", "1crn", "--manifest", str(tmp_path / "data/raw/shards/c.tsv"),
                        "--source", str(pdb_mirror), "--code", "c2", "--records-dir", str(tmp_path / "data/raw"),

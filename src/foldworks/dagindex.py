@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from foldworks import fsutil
+from foldworks.shards import entry_key
 
 CACHE_DIR = ".snakemake/foldworks"
 #: Bumped when the cached layout changes (old cache files are then rebuilt).
@@ -59,7 +60,7 @@ def build_chain_shards(table_path: str | Path, msa_chars: int, entry_chars: int 
     msa: dict[str, set[str]] = {}
     by_entry_shard: dict[str, set[str]] = {}
     for entry, chain, seq_hash, split in zip(entries, chains, hashes, splits):
-        key = entry[1:1 + entry_chars]
+        key = entry_key(entry, entry_chars)
         features.setdefault(key, []).append(f"{entry}_{chain}:{seq_hash}")
         of_split.setdefault(split, set()).add(key)
         by_entry_shard.setdefault(key, set()).add(seq_hash)

@@ -19,7 +19,7 @@ from foldworks.ids import msa_relpath, normalize_entry, validate_experiment
 from foldworks.dagindex import ChainShards, load_chain_shards, msa_digests
 from foldworks.msa.index import read_digest_rows, shard_digest
 from foldworks.provenance import code_hash
-from foldworks.shards import SEQ_SHARD_CHARS, fetch_attempt_token, group_entries, shard_size_note
+from foldworks.shards import ALL_ENTRIES_KEY, SEQ_SHARD_CHARS, fetch_attempt_token, group_entries, shard_size_note
 
 
 def read_entries(pdb) -> tuple[list[str], list[dict]]:
@@ -43,9 +43,11 @@ def slice_json(*keys: str) -> str:
 
 ENTRIES, ENTRY_PROBLEMS = read_entries(config["pdb"])
 # Entry shards (foldworks.shards): {key: sorted entries}; the key is the divided-layout key (the
-# middle two characters) or, with `pdb.shard_chars: 1`, its first character.
+# middle two characters) or, with `pdb.shard_chars: 1`, its first character; 0: one shard `all`.
 ENTRY_SHARD_CHARS = int(config["pdb"]["shard_chars"])
 ENTRY_SHARDS = group_entries(ENTRIES, ENTRY_SHARD_CHARS)
+#: The entry shard wildcard of ingest and features: `all` (one shard) or the key's characters.
+ENTRY_SHARD_PATTERN = ALL_ENTRIES_KEY if ENTRY_SHARD_CHARS == 0 else r"[a-z0-9]{%d}" % ENTRY_SHARD_CHARS
 for _note in shard_size_note(len(ENTRIES), ENTRY_SHARD_CHARS):
     logger.warning(_note)
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
@@ -66,7 +68,7 @@ def experiment_pattern(names) -> str:
 wildcard_constraints:
     entry=r"[0-9][a-z0-9]{3}",
     chain=r"[A-Za-z0-9]{1,4}",
-    shard=r"[a-z0-9]{1,3}",  # entry shards: [a-z0-9]{pdb.shard_chars}; msa: hex (rules)
+    shard=r"[a-z0-9]{1,3}",  # entry shards: ENTRY_SHARD_PATTERN; msa: hex (rules)
     experiment="|".join(EXPERIMENTS),
 
 

@@ -21,7 +21,7 @@ rule features:
     output:
         manifest="data/features/shards/{shard}.tsv",
     wildcard_constraints:
-        shard=r"[a-z0-9]{%d}" % ENTRY_SHARD_CHARS,
+        shard=ENTRY_SHARD_PATTERN,
     params:
         members=features_shard_items,
         msa=features_msa_digest,

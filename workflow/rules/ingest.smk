@@ -33,7 +33,7 @@ rule ingest:
         fetched="data/raw/shards/{shard}.tsv",
         parsed="data/parsed/shards/{shard}.tsv",
     wildcard_constraints:
-        shard=r"[a-z0-9]{%d}" % ENTRY_SHARD_CHARS,
+        shard=ENTRY_SHARD_PATTERN,
     params:
         members=entry_shard_items,
         source=config["pdb"]["source"],

@@ -2,8 +2,9 @@
 
 Entries are grouped by the wwPDB divided-layout key (the middle two characters of the ID,
 ``1abc`` -> ``ab``: 36**2 = 1,296 possible keys, ~180 entries each at ~230,000 entries; the
-workflow's ``pdb.shard_chars: 2``) or, for small runs, by its first character (``1abc`` -> ``a``:
-at most 36 shards, each one divided-layout directory group; ``pdb.shard_chars: 1``) for
+workflow's ``pdb.shard_chars: 2``) or, for smaller runs, by its first character (``1abc`` -> ``a``:
+at most 36 shards, each one divided-layout directory group; ``pdb.shard_chars: 1``) or into one
+shard ``all`` (``pdb.shard_chars: 0``, runs of a few hundred entries) for
 ``fetch``, ``parse`` (one Snakemake job per shard running both: rule ``ingest``) and
 ``features``; unique sequences by the first :data:`SEQ_SHARD_CHARS`
 hex characters of their hash for ``msa`` (256 shards, ~470 sequences each at ~120,000; the
@@ -30,8 +31,10 @@ from foldworks import fsutil
 from foldworks.ids import InvalidIdentifier, SEQUENCE_HASH_PATTERN, normalize_entry
 
 #: Characters of the divided-layout key that name an entry shard (the default of
-#: ``pdb.shard_chars``): 2 = the wwPDB layout (1,296 shards), 1 = its first character (36 shards).
+#: ``pdb.shard_chars``): 2 = the wwPDB layout (1,296 shards), 1 = its first character (36 shards),
+#: 0 = one shard, :data:`ALL_ENTRIES_KEY`, holding every entry (runs of a few hundred entries).
 ENTRY_SHARD_CHARS = 2
+ALL_ENTRIES_KEY = "all"
 #: Hex characters of the sequence hash that name an msa shard (16**2 = 256 shards), the default
 #: of ``msa.shard_chars``.
 SEQ_SHARD_CHARS = 2
@@ -43,15 +46,20 @@ ATTEMPT_PREFIX = "# attempt="
 
 
 def entry_shard(entry: str, chars: int = ENTRY_SHARD_CHARS) -> str:
-    """The entry shard of a PDB ID: the first ``chars`` (1 or 2) of its middle two characters, the
-    divided-layout key (``1abc`` -> ``ab``; ``a`` with ``chars=1``)."""
+    """The entry shard of a PDB ID: the first ``chars`` of its middle two characters, the
+    divided-layout key (``1abc`` -> ``ab``; ``a`` with ``chars=1``; :data:`ALL_ENTRIES_KEY` with 0)."""
     _check_entry_chars(chars)
-    return normalize_entry(entry)[1:1 + chars]
+    return entry_key(normalize_entry(entry), chars)
+
+
+def entry_key(entry: str, chars: int) -> str:
+    """:func:`entry_shard` of an already normalised ID, unchecked (hot loops over every entry)."""
+    return entry[1:1 + chars] if chars else ALL_ENTRIES_KEY
 
 
 def _check_entry_chars(chars: int) -> None:
-    if chars not in (1, 2):
-        raise ValueError(f"entry shard characters must be 1 or 2, not {chars!r}")
+    if chars not in (0, 1, 2):
+        raise ValueError(f"entry shard characters must be 0, 1 or 2, not {chars!r}")
 
 
 def sequence_shard(seq_hash: str, chars: int = SEQ_SHARD_CHARS) -> str:
@@ -66,22 +74,25 @@ def group_entries(entries: Iterable[str], chars: int = ENTRY_SHARD_CHARS) -> dic
     _check_entry_chars(chars)
     shards: dict[str, list[str]] = {}
     for entry in entries:
-        shards.setdefault(entry[1:1 + chars], []).append(entry)
+        shards.setdefault(entry_key(entry, chars), []).append(entry)
     return {key: sorted(shards[key]) for key in sorted(shards)}
 
 
-#: Above this many entries a 1-character entry key is worth a warning: ~280 entries a shard and up.
-ONE_CHAR_ENTRY_LIMIT = 10_000
+#: Entries above which a short entry key is worth a warning, per key length (0: one shard).
+SHORT_KEY_ENTRY_LIMITS = {0: 1_000, 1: 10_000}
 
 
 def shard_size_note(n_entries: int, chars: int) -> list[str]:
-    """A warning (as a one-item list) when ``pdb.shard_chars: 1`` is used for a large run: 36 shards
-    hold ``n_entries`` / 36 entries each, so a shard job runs long and a one-entry change
-    recomputes nothing more but reruns (re-checks) a large shard. Empty otherwise."""
-    if chars != 1 or n_entries <= ONE_CHAR_ENTRY_LIMIT:
+    """A warning (as a one-item list) when a short entry key (``pdb.shard_chars`` 0 or 1) is used for
+    a large run: one shard, or at most 36, hold every entry, so a shard job runs long and a
+    one-entry change reruns (re-checks) a large shard. Empty otherwise."""
+    limit = SHORT_KEY_ENTRY_LIMITS.get(chars)
+    if limit is None or n_entries <= limit:
         return []
-    return [f"pdb.shard_chars: 1 puts {n_entries:,} entries into at most 36 shards (~{n_entries // 36:,} each);"
-            f" above {ONE_CHAR_ENTRY_LIMIT:,} entries use pdb.shard_chars: 2 (README Shards)"]
+    shards = "one shard" if chars == 0 else f"at most 36 shards (~{n_entries // 36:,} each)"
+    longer = "2" if chars == 1 else "1 or 2"
+    return [f"pdb.shard_chars: {chars} puts {n_entries:,} entries into {shards};"
+            f" above {limit:,} entries use pdb.shard_chars: {longer} (README Shards)"]
 
 
 def manifest_path(stage_dir: str, key: str) -> str:

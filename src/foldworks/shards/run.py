@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from foldworks import failures
-from foldworks.shards import Row, read_manifest, unchanged, write_manifest
+from foldworks.shards import ALL_ENTRIES_KEY, Row, read_manifest, unchanged, write_manifest
 
 LOG = logging.getLogger("foldworks.shards")
 
@@ -73,7 +73,7 @@ def old_rows(manifest: str | Path) -> dict[str, Row]:
 
 def other_width_manifests(manifest: str | Path) -> list[Path]:
     """Manifests beside ``manifest`` whose key is a shorter or longer prefix of the same items: ``a.tsv``
-    and ``abc.tsv`` for ``ab.tsv``. After `pdb.shard_chars` / `msa.shard_chars` changed, the renamed
+    and ``abc.tsv`` for ``ab.tsv``, and ``all.tsv`` (one shard) for any key and the reverse. After `pdb.shard_chars` / `msa.shard_chars` changed, the renamed
     shards reuse the items computed under the old keys (each row is still checked against its
     input digest, stamp and outputs) instead of recomputing every entry and alignment."""
     path = Path(manifest)
@@ -84,7 +84,13 @@ def other_width_manifests(manifest: str | Path) -> list[Path]:
         return []
     return [path.parent / name for name in sorted(names)
             if name.endswith(".tsv") and not name.startswith(".") and name != path.name
-            and (key.startswith(name[:-4]) or name[:-4].startswith(key))]
+            and _related(key, name[:-4])]
+
+
+def _related(key: str, other: str) -> bool:
+    """Whether shard ``other`` may hold items of shard ``key``: one key a prefix of the other, or
+    either the one-shard key ``all`` (`pdb.shard_chars: 0`)."""
+    return ALL_ENTRIES_KEY in (key, other) or key.startswith(other) or other.startswith(key)
 
 
 def _compute(stage: str, item: str, plan: Plan, stamp: str, failures_dir: str | None) -> Row:
