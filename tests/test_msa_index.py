@@ -50,3 +50,22 @@ def test_shard_digest_changes_only_with_the_rows_of_its_own_sequences():
     assert shard_digest({**rows, H3: "ok:new"}, [H1, H3]) != digest, "its a3m changed"
     assert shard_digest({**rows, H3: "failed:a3m3"}, [H1, H3]) != digest, "its status changed"
     assert shard_digest({H1: "ok:a3m1"}, [H1, H3]) != digest, "a row went missing"
+
+
+def test_failed_sequences_name_the_manifest_that_lists_them(tmp_path):
+    """`python -m foldworks.msa.summary --list-failed`: the manifest holding the failed hash,
+    whatever `msa.shard_chars` the run used (newest first when two key lengths are left)."""
+    import os
+
+    from foldworks.msa.summary import failed_manifests
+
+    failed, other = "ab" + "1" * 18, "cd" + "2" * 18
+    old = tmp_path / "ab.tsv"
+    write_manifest(old, [Row(failed, "failed", "i", "s", "o")])
+    os.utime(old, ns=(1, 1))
+    assert failed_manifests([failed], tmp_path) == [old]
+    write_manifest(tmp_path / "a.tsv", [Row(failed, "failed", "i", "s", "o")])  # msa.shard_chars 2 -> 1
+    write_manifest(tmp_path / "c.tsv", [Row(other, "ok", "i", "s", "o")])
+    assert failed_manifests([failed], tmp_path) == [tmp_path / "a.tsv"]
+    assert failed_manifests([failed, other], tmp_path, shard_chars=2) == [old, tmp_path / "cd.tsv"]
+    assert failed_manifests(["ef" + "3" * 18], tmp_path) == []  # listed nowhere

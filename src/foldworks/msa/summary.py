@@ -24,7 +24,7 @@ from typing import Sequence
 import pandas as pd
 
 from foldworks import fsutil
-from foldworks.shards import SEQ_SHARD_CHARS
+from foldworks.shards import read_manifest
 from foldworks.ids import msa_relpath
 from foldworks.logutil import setup_logging
 from foldworks.msa.a3m import A3MError, read_header, validate_a3m
@@ -63,6 +63,21 @@ def summarize(table: pd.DataFrame, data_dir: Path) -> list[dict[str, object]]:
     return [check_one(data_dir / msa_relpath(h), h, unique[h]) for h in sorted(unique)]
 
 
+def failed_manifests(hashes: Sequence[str], shards_dir: Path, shard_chars: int | None = None) -> list[Path]:
+    """The msa shard manifests to force-rerun for ``hashes``: ``<prefix>.tsv`` with ``shard_chars``
+    hex characters when given, else the newest manifest whose key prefixes the hash and that lists
+    it (so the answer follows the run's `msa.shard_chars`, even with old-length manifests left)."""
+    if shard_chars:
+        return [shards_dir / f"{prefix}.tsv" for prefix in sorted({h[:shard_chars] for h in hashes})]
+    found = set()
+    for seq_hash in hashes:
+        listing = [shards_dir / f"{seq_hash[:n]}.tsv" for n in (1, 2, 3)]
+        listing = [path for path in listing if path.is_file() and seq_hash in read_manifest(path)]
+        if listing:
+            found.add(max(listing, key=lambda path: path.stat().st_mtime_ns))
+    return sorted(found)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m foldworks.msa.summary", description=__doc__.split("\n")[0])
@@ -70,13 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="data", help="directory holding msa/<xx>/<hash>.a3m")
     parser.add_argument("--out", help="summary TSV")
     parser.add_argument("--list-failed", action="store_true", help="print msa shard manifests with failed placeholders")
-    parser.add_argument("--shard-chars", type=int, default=SEQ_SHARD_CHARS, help="msa shard prefix length")
+    parser.add_argument("--shard-chars", type=int, help="msa shard prefix length (default: the shard"
+                        " manifest that lists the sequence, whatever the run's msa.shard_chars)")
     args = parser.parse_args(argv)
     rows = summarize(pd.read_parquet(args.table), Path(args.data_dir))
     if args.list_failed:
-        failed = {str(row["sequence_hash"])[:args.shard_chars] for row in rows if row["status"] == "failed"}
-        for prefix in sorted(failed):
-            print(Path(args.data_dir) / "msa" / "shards" / f"{prefix}.tsv")
+        failed = [str(row["sequence_hash"]) for row in rows if row["status"] == "failed"]
+        for path in failed_manifests(failed, Path(args.data_dir) / "msa" / "shards", args.shard_chars):
+            print(path)
         return 0
     setup_logging("msa_summary")
     if args.out:
