@@ -41,8 +41,8 @@ rule ingest:
         parse_cfg=slice_json("parse"),
         attempt=lambda wildcards: fetch_attempt_token(f"data/raw/shards/{wildcards.shard}.tsv"),
         mirror=lambda wildcards: shard_source_stamp(config["pdb"]["source"], ENTRY_SHARDS[wildcards.shard]),
-        fetch_code=code_hash("fetch", "shards"),
-        parse_code=code_hash("parse", "fetch/convert", "shards"),
+        fetch_code=code_hash("fetch", "shards/stages"),  # not the shard bookkeeping (see features.smk)
+        parse_code=code_hash("parse", "fetch/convert", "shards/stages"),
     conda:
         "../../envs/python.yaml"
     log:

@@ -24,7 +24,7 @@ MSA_DBS = {db["name"]: db for db in MSA_CFG["databases"]}
 MSA_MAX_ATTEMPTS = int(MSA_CFG["retries"]) + 1
 MSA_SEARCH_PARAMS = json.dumps(search_slice(MSA_CFG), sort_keys=True)
 MSA_SEARCH_CODE = code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
-                            "msa/mmseqs_search", "msa/ffindex", "shards")
+                            "msa/mmseqs_search", "msa/ffindex", "shards/stages")
 
 
 checkpoint msa_db:
