@@ -24,6 +24,13 @@ def demo_entry_key(entry: str) -> str:
     return entry_shard(entry, chars)
 
 
+def demo_msa_chars() -> int:
+    """config/config.yaml's ``msa.shard_chars`` (hhblits msa shard key length a test config inherits)."""
+    import yaml
+
+    return int(yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["msa"].get("shard_chars", 2))
+
+
 def _shared_path(env_var: str, relative: str) -> Path | None:
     candidates = [os.environ.get(env_var), str(REPO_ROOT.parent / "shared" / relative)]
     for candidate in candidates:

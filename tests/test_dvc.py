@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, demo_entry_key, require_tool
+from conftest import REPO_ROOT, demo_entry_key, demo_msa_chars, require_tool
 from foldworks.provenance import code_hash, config_hash, provenance_record, sidecar_path, write_sidecars
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
@@ -306,6 +306,14 @@ def test_push_refuses_an_unfinished_run(run):
     assert sh(["git", "status", "--porcelain"], work).stdout == ""  # no .dvc file was touched
 
 
+def passed_hashes(workdir: Path) -> set[str]:
+    """Sequence hashes of the chains that passed the filters in ``workdir``'s chain table."""
+    import pandas as pd
+
+    table = pd.read_parquet(workdir / "data/chains.parquet", columns=["sequence_hash", "passed_filters"])
+    return set(table.loc[table["passed_filters"], "sequence_hash"])
+
+
 @pytest.mark.slow
 def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run):
     """Snakemake cannot plan past a checkpoint that will rerun: a dry run then lists the jobs up
@@ -335,7 +343,9 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
             {"ingest": 1, "chains": 1}, before.counts
         assert not {"msa_db", "msa", "features"} & set(before.counts), before.counts
         assert f"raw/shards/{demo_entry_key(MUTATED_ENTRY)}.tsv" in before.output
+        hashes_before = passed_hashes(work)
         smk(work, "--cores", "2", "data/chains.parquet")
+        hashes_after = passed_hashes(work)
         after = dry_run(work)
         # third step: once the msa shard and checkpoint msa_index have run, the features shards
         # are re-evaluated against the new MSA index: exactly the changed entry's shard remains
@@ -348,7 +358,14 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     # msa_index will rerun: Snakemake skips the rerun reasons of every job downstream of it (dag.py
     # update_needrun masks them, expecting them to be triggered) and its `ancient` output triggers
     # no features shard, so the plan stops at the msa stage, as it stops at `chains` above
-    assert after.counts == {"msa": 1, "msa_index": 1, "msa_summary": 1, "fetch_manifest": 1,
+    # msa: the shard of the changed sequence, and the shard that lost the old one if other sequences
+    # keep it (its item list changed: it reruns to drop the row and aligns nothing)
+    added, removed = hashes_after - hashes_before, hashes_before - hashes_after
+    assert added, "the mutation changed no passed sequence"
+    chars = demo_msa_chars()
+    msa_shards = {h[:chars] for h in added} | {h[:chars] for h in removed
+                                               if any(k.startswith(h[:chars]) for k in hashes_after)}
+    assert after.counts == {"msa": len(msa_shards), "msa_index": 1, "msa_summary": 1, "fetch_manifest": 1,
                             "failures_report": 1, "all": 1}, after.counts
     print(f"past msa_index: {past_index.summary()}")
     stages = ("ingest", "chains", "msa_db", "msa", "msa_index", "features")
