@@ -239,7 +239,10 @@ def test_workflow_killed_during_msa_and_features_writes_then_rerun_completes(pdb
     workdir = tmp_path / "work"
     workdir.mkdir()
     config = yaml.safe_load((REPO_ROOT / "tests" / "tiny_config.yaml").read_text())
-    config["pdb"] = {"entries": ENTRIES, "source": str(pdb_mirror)}
+    # the full-PDB shard keys (TARGETS: one features shard per divided-layout key); the demo's short keys
+    # would put every entry into one shard
+    config["pdb"] = {"entries": ENTRIES, "source": str(pdb_mirror), "shard_chars": 2}
+    config["msa"]["shard_chars"] = 2
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
 
     # 1. SIGKILL the whole Snakemake process group while an msa job is about to rename its a3m.

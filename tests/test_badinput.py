@@ -125,7 +125,8 @@ def bad_run(server: FaultServer, tmp_path_factory):
     workdir.mkdir()
     config = yaml.safe_load((REPO_ROOT / "tests" / "tiny_config.yaml").read_text())
     entries = [*GOOD, *[k for k in EXPECTED if k not in GOOD], "1crn"]
-    config["pdb"] = {"entries": entries, "source": server.url}
+    # the full-PDB shard keys: one ingest job per divided-layout key (the demo config has one shard)
+    config["pdb"] = {"entries": entries, "source": server.url, "shard_chars": 2}
     config["fetch"] = {"timeout_s": 5, "retries": 1, "backoff_s": 0.01, "max_bytes": MAX_BYTES}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(workdir, "--keep-going", "results/failures.tsv", "data/raw/manifest.tsv")

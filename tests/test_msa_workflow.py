@@ -77,9 +77,10 @@ def expected_msas(workdir: Path) -> dict[str, str]:
 
 
 def write_config(workdir: Path, pdb_mirror: Path, **msa) -> None:
-    config = {"pdb": {"entries": ENTRIES, "source": str(pdb_mirror)},
+    # the full-PDB shard keys (2 and 2: per-shard reruns are visible), not the demo config's short ones
+    config = {"pdb": {"entries": ENTRIES, "source": str(pdb_mirror), "shard_chars": 2},
               "msa": {"databases": [{"name": "small", "fasta": [str(workdir / "db.fasta")], "iterations": 1}],
-                      "hhfilter": {"id": 99}, **msa},
+                      "hhfilter": {"id": 99}, "shard_chars": 2, **msa},
               "experiments": {"distogram": {"model": "distogram"}}}
     existing = yaml.safe_load((workdir / "config.yaml").read_text()) if (workdir / "config.yaml").exists() else None
     if existing:
