@@ -51,7 +51,8 @@ RANK = ["entry_list", "ingest", "fetch_manifest", "chains", "msa_db", "msa_db_ex
         "report"]
 
 
-LOCAL_RULES = {"entry_list", "all"}  # `localrule: True` or no command: never submitted
+#: The workflow's `localrule: True` rules and `all`: never submitted (a dry run prints them as plain rules).
+LOCAL_RULES = {"entry_list", "msa_index", "failures_report", "report", "report_design", "all"}
 
 
 def synthetic_ids(n: int) -> list[str]:
