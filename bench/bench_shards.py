@@ -51,8 +51,20 @@ RANK = ["entry_list", "ingest", "fetch_manifest", "chains", "msa_db", "msa_db_ex
         "report"]
 
 
-#: The workflow's `localrule: True` rules and `all`: never submitted (a dry run prints them as plain rules).
-LOCAL_RULES = {"entry_list", "msa_index", "failures_report", "report", "report_design", "all"}
+def workflow_local_rules(rules_dir: Path = REPO / "workflow" / "rules") -> set[str]:
+    """Rules declared `localrule: True` in workflow/rules/*.smk, plus `all` (no command): never
+    submitted. Read from the workflow because a dry run prints them as plain rules."""
+    local, current = {"all"}, None
+    for path in sorted(rules_dir.glob("*.smk")):
+        for line in path.read_text().splitlines():
+            if (match := re.match(r"(?:rule|checkpoint) (\w+):", line)):
+                current = match.group(1)
+            elif line.strip().startswith("localrule: True") and current:
+                local.add(current)
+    return local
+
+
+LOCAL_RULES = workflow_local_rules()
 
 
 def synthetic_ids(n: int) -> list[str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from foldworks import fsutil
-from foldworks.shards import entry_key
+from foldworks.shards import ENTRY_SHARD_CHARS, entry_key
 
 CACHE_DIR = ".snakemake/foldworks"
 #: Bumped when the cached layout changes (old cache files are then rebuilt).
@@ -45,7 +45,7 @@ class ChainShards:
     hashes: dict[str, str]
 
 
-def build_chain_shards(table_path: str | Path, msa_chars: int, entry_chars: int = 2) -> ChainShards:
+def build_chain_shards(table_path: str | Path, msa_chars: int, entry_chars: int = ENTRY_SHARD_CHARS) -> ChainShards:
     """:class:`ChainShards` of the passed chains of ``table_path`` (columns ``entry``, ``chain``,
     ``sequence_hash``, ``split``, ``passed_filters``); msa shards keyed by ``msa_chars`` characters,
     entry shards by ``entry_chars`` (foldworks.shards.entry_shard)."""
@@ -104,7 +104,7 @@ def cached(name: str, key: list[str], build: Callable[[], dict], cache_dir: str 
 
 
 def load_chain_shards(table_path: str | Path, msa_chars: int, cache_dir: str | Path = CACHE_DIR, *,
-                      entry_chars: int = 2) -> ChainShards:
+                      entry_chars: int = ENTRY_SHARD_CHARS) -> ChainShards:
     """:func:`build_chain_shards`, cached under the table's path, size and mtime and the key lengths."""
     value = cached("chain_shards", [*file_key(table_path), f"msa_chars={msa_chars}", f"entry_chars={entry_chars}"],
                    lambda: asdict(build_chain_shards(table_path, msa_chars, entry_chars)), cache_dir)
@@ -114,7 +114,7 @@ def load_chain_shards(table_path: str | Path, msa_chars: int, cache_dir: str | P
 def msa_digests(index_path: str | Path, shards: ChainShards, table_path: str | Path, msa_chars: int,
                 digest: Callable[[Mapping[str, str], list[str]], str],
                 read_rows: Callable[[str | Path], Mapping[str, str]],
-                cache_dir: str | Path = CACHE_DIR, *, entry_chars: int = 2) -> dict[str, str]:
+                cache_dir: str | Path = CACHE_DIR, *, entry_chars: int = ENTRY_SHARD_CHARS) -> dict[str, str]:
     """``{entry shard: digest(index rows, its hashes)}`` for every features shard, cached under the
     index's and the table's keys (``shards`` must be the table's :class:`ChainShards`)."""
     def build() -> dict[str, str]:

@@ -48,7 +48,7 @@ ENTRY_SHARD_CHARS = int(config["pdb"]["shard_chars"])
 ENTRY_SHARDS = group_entries(ENTRIES, ENTRY_SHARD_CHARS)
 #: The entry shard wildcard of ingest and features: `all` (one shard) or the key's characters.
 ENTRY_SHARD_PATTERN = ALL_ENTRIES_KEY if ENTRY_SHARD_CHARS == 0 else r"[a-z0-9]{%d}" % ENTRY_SHARD_CHARS
-for _note in shard_size_note(len(ENTRIES), ENTRY_SHARD_CHARS):
+if (_note := shard_size_note(len(ENTRIES), ENTRY_SHARD_CHARS)):
     logger.warning(_note)
 EXPERIMENTS = [validate_experiment(name) for name in config["experiments"]]
 # Task of each experiment's family (structure / design); mismatched settings, unknown tasks and

@@ -69,10 +69,13 @@ def failed_manifests(hashes: Sequence[str], shards_dir: Path, shard_chars: int |
     it (so the answer follows the run's `msa.shard_chars`, even with old-length manifests left)."""
     if shard_chars:
         return [shards_dir / f"{prefix}.tsv" for prefix in sorted({h[:shard_chars] for h in hashes})]
-    found = set()
+    found, items = set(), {}  # items: each manifest read once
     for seq_hash in hashes:
         listing = [shards_dir / f"{seq_hash[:n]}.tsv" for n in (1, 2, 3)]
-        listing = [path for path in listing if path.is_file() and seq_hash in read_manifest(path)]
+        for path in listing:
+            if path not in items:
+                items[path] = set(read_manifest(path)) if path.is_file() else set()
+        listing = [path for path in listing if seq_hash in items[path]]
         if listing:
             found.add(max(listing, key=lambda path: path.stat().st_mtime_ns))
     return sorted(found)

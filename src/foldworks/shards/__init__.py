@@ -82,17 +82,17 @@ def group_entries(entries: Iterable[str], chars: int = ENTRY_SHARD_CHARS) -> dic
 SHORT_KEY_ENTRY_LIMITS = {0: 1_000, 1: 10_000}
 
 
-def shard_size_note(n_entries: int, chars: int) -> list[str]:
-    """A warning (as a one-item list) when a short entry key (``pdb.shard_chars`` 0 or 1) is used for
-    a large run: one shard, or at most 36, hold every entry, so a shard job runs long and a
-    one-entry change reruns (re-checks) a large shard. Empty otherwise."""
+def shard_size_note(n_entries: int, chars: int) -> str | None:
+    """A warning when a short entry key (``pdb.shard_chars`` 0 or 1) is used for a large run: one
+    shard, or at most 36, hold every entry, so a shard job runs long and a one-entry change reruns
+    (re-checks) a large shard. None otherwise."""
     limit = SHORT_KEY_ENTRY_LIMITS.get(chars)
     if limit is None or n_entries <= limit:
-        return []
+        return None
     shards = "one shard" if chars == 0 else f"at most 36 shards (~{n_entries // 36:,} each)"
     longer = "2" if chars == 1 else "1 or 2"
-    return [f"pdb.shard_chars: {chars} puts {n_entries:,} entries into {shards};"
-            f" above {limit:,} entries use pdb.shard_chars: {longer} (README Shards)"]
+    return (f"pdb.shard_chars: {chars} puts {n_entries:,} entries into {shards};"
+            f" above {limit:,} entries use pdb.shard_chars: {longer} (README Shards)")
 
 
 def manifest_path(stage_dir: str, key: str) -> str:

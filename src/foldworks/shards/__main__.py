@@ -20,7 +20,7 @@ import sys
 from typing import Sequence
 
 from foldworks.logutil import setup_logging
-from foldworks.shards import ALL_ENTRIES_KEY, stamp_of
+from foldworks.shards import ALL_ENTRIES_KEY, entry_key, stamp_of
 from foldworks.shards import stages
 from foldworks.shards.run import old_rows, run_items
 
@@ -59,8 +59,9 @@ def _items(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[st
     items = [item for item in args.items.split(",") if item]
     if args.stage == "msa" and any(not item.startswith(args.key) for item in items):
         parser.error(f"msa shard {args.key}: every sequence hash must start with the key")
-    if args.stage in ("fetch", "parse") and args.key != ALL_ENTRIES_KEY and (
-            len(args.key) not in (1, 2) or any(item[1:1 + len(args.key)] != args.key for item in items)):
+    chars = 0 if args.key == ALL_ENTRIES_KEY else len(args.key)
+    if args.stage in ("fetch", "parse") and (args.key == "" or chars > 2
+                                             or any(entry_key(item, chars) != args.key for item in items)):
         parser.error(f"{args.stage} shard {args.key}: the key must be {ALL_ENTRIES_KEY!r} or 1-2 characters"
                      " that start every entry's middle two characters")
     return items

@@ -72,10 +72,11 @@ def old_rows(manifest: str | Path) -> dict[str, Row]:
 
 
 def other_width_manifests(manifest: str | Path) -> list[Path]:
-    """Manifests beside ``manifest`` whose key is a shorter or longer prefix of the same items: ``a.tsv``
-    and ``abc.tsv`` for ``ab.tsv``, and ``all.tsv`` (one shard) for any key and the reverse. After `pdb.shard_chars` / `msa.shard_chars` changed, the renamed
-    shards reuse the items computed under the old keys (each row is still checked against its
-    input digest, stamp and outputs) instead of recomputing every entry and alignment."""
+    """Manifests beside ``manifest`` whose key is a shorter or longer prefix of the same items:
+    ``a.tsv`` and ``abc.tsv`` for ``ab.tsv``, and ``all.tsv`` (one shard) for any key and the
+    reverse. After `pdb.shard_chars` / `msa.shard_chars` changed, the renamed shards reuse the items
+    computed under the old keys (each row is still checked against its input digest, stamp and
+    outputs) instead of recomputing every entry and alignment."""
     path = Path(manifest)
     key = path.stem
     try:
