@@ -270,6 +270,25 @@ def test_ca_fape_zero_invariant_chiral_and_penalises_compaction(chains) -> None:
     assert _ca_fape(noisy, gapped) == 0.0
 
 
+def test_local_ca_fape_sees_handedness_but_not_far_pairs(chains) -> None:
+    """``ca_fape_window``: the windowed Cα pseudo-frame FAPE is 0 at the truth and blind to a global
+    rigid motion; it scores a mirror image (every helix left-handed) but not a change confined to
+    pairs further apart than the window (a shrunk chain keeps its local shape up to scale only)."""
+    def local(pred_ca: torch.Tensor, window: int) -> float:
+        return float(losses.ca_fape_loss({"sm_frames_trans": pred_ca[:, None].float()}, chains, window=window))
+    ca = chains["ca_coords"].double()
+    assert local(ca, 4) < 2e-3
+    noisy = ca + torch.randn(ca.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    rot, shift = _global_transform(6)
+    assert abs(local(noisy @ rot.T + shift, 4) - local(noisy, 4)) < 1e-4
+    mirror = ca * torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64)
+    assert local(mirror, 4) > 0.1  # local pairs only: Å-scale errors, not the clamp
+    assert local(mirror, 4) < _ca_fape(mirror, chains)  # far pairs dropped: less than the all-pairs term
+    # Window 1 scores Cα_{i-1}, Cα_i, Cα_{i+1} in frame i, which those three atoms define: only the
+    # bond lengths and the Cα angle are left, and a mirror image keeps both.
+    assert local(mirror, 1) < 2e-3
+
+
 def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) -> None:
     """``w_ca_far``: distances only (0 at the truth, its mirror image and any rigid motion), positive
     once far pairs (≥ 15 Å in the reference) come closer than 15 Å, with a gradient that expands."""

@@ -65,7 +65,12 @@ Simplified vs AF2/OpenFold, and why:
   and reference, averaged over the structure layers: global, chirality-aware, needs Cα only.
   Measured on the demo cache with single-sequence MSAs (val split, BENCHMARKS.md): it did not
   help (the term stayed at 0.90–0.92 of its clamp over 450 steps; with a 30 Å clamp the run stayed
-  collapsed), so the demo leaves it off.
+  collapsed), so the demo leaves it off. ``ca_fape_window`` (residues, default 0 = all pairs) keeps only
+  the Cα within that sequence distance of the frame: a local, chirality-aware term (smooth lDDT and the
+  distogram cannot tell a right- from a left-handed helix). Measured on val (window 4, weight 1, 450
+  steps): no gain, the local term fell only 0.504 → 0.488 while an ideal helix everywhere scores 0.318;
+  with ``init_frames: helix`` the output stays the helix (BENCHMARKS.md "Training length and local
+  handedness"). Off in the demo.
 * **Optional far-pair Cα term** (``w_ca_far``, default 0): mean relu(15 Å − d_pred) over Cα pairs
   ≥ 15 Å apart in the reference, the pairs smooth lDDT ignores; it leaves the collapsed start
   earlier but, at weight 1, lowered val lDDT-Cα (BENCHMARKS.md), so the demo leaves it off.

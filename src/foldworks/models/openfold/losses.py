@@ -17,10 +17,12 @@ from foldworks.models.openfold.rigid import Frames, rigid_from_3_points
 
 
 def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos: Tensor, true_pos: Tensor,
-         pos_mask: Tensor, clamp: float | None = 10.0, length_scale: float = 10.0, eps: float = 1e-4) -> Tensor:
+         pos_mask: Tensor, clamp: float | None = 10.0, length_scale: float = 10.0, eps: float = 1e-4,
+         pair_mask: Tensor | None = None) -> Tensor:
     """Alg 28 FAPE: mean over (frame i, atom j) of ``min(clamp, |T_i⁻¹ x_j − T_i^true⁻¹ x_j^true|) / Z``.
 
-    Frames ``[B, F]`` (rot ``[B, F, 3, 3]``), positions ``[B, A, 3]`` (Å), masks ``[B, F]``/``[B, A]``.
+    Frames ``[B, F]`` (rot ``[B, F, 3, 3]``), positions ``[B, A, 3]`` (Å), masks ``[B, F]``/``[B, A]``;
+    ``pair_mask [B, F, A]`` (optional) restricts the (frame, atom) pairs scored.
     Averaged per chain over its valid pairs, then over the batch. Invariant to a global rigid
     motion of either structure; not invariant to reflection (the frames are right-handed).
     """
@@ -29,6 +31,8 @@ def fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, pred_pos
     if clamp is not None:
         err = err.clamp(max=clamp)
     w = frames_mask.float()[:, :, None] * pos_mask.float()[:, None, :]
+    if pair_mask is not None:
+        w = w * pair_mask.float()
     per_chain = (err * w).sum((1, 2)) / length_scale / (w.sum((1, 2)) + eps)
     return per_chain.mean()
 
@@ -191,10 +195,12 @@ def ca_pseudo_frames(ca: Tensor, residue_mask: Tensor, residue_index: Tensor) ->
     return rigid_from_3_points(prev_ca, ca, next_ca), has_prev & has_next & residue_mask
 
 
-def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float = 10.0) -> Tensor:
+def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float = 10.0, window: int = 0) -> Tensor:
     """FAPE (Alg 28, clamp 10 Å, Z = 10 Å) of every resolved Cα in every Cα pseudo-frame
     (:func:`ca_pseudo_frames`, for prediction and reference alike), averaged over the structure-module
     layers like the backbone FAPE (Alg 20 line 17; the layers' frame translations are their Cα).
+    ``window`` > 0 scores only the Cα within that many residues (``residue_index``) of the frame's
+    residue: a local, chirality-aware term on secondary structure (a helix's i → i+4 turn fits in 4).
 
     Not in AF2: it needs only Cα, so it also trains the chains with Cα atoms only (1FFK in the demo,
     no backbone frames → no backbone FAPE); unlike the smooth lDDT (pairs < 15 Å) it scores all pairs
@@ -204,12 +210,13 @@ def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float 
     """
     true_ca, resolved, idx = batch["ca_coords"].float(), batch["residue_mask"], batch["residue_index"]
     true_frames, fmask = ca_pseudo_frames(true_ca, resolved, idx)
+    near = (idx[:, :, None] - idx[:, None, :]).abs() <= window if window > 0 else None
     layers = out["sm_frames_trans"].shape[1]
     values = []
     for i in range(layers):
         pred_ca = out["sm_frames_trans"][:, i].float()
         pred_frames, _ = ca_pseudo_frames(pred_ca, resolved, idx)
-        values.append(fape(pred_frames, true_frames, fmask, pred_ca, true_ca, resolved, clamp))
+        values.append(fape(pred_frames, true_frames, fmask, pred_ca, true_ca, resolved, clamp, pair_mask=near))
     return torch.stack(values).mean()
 
 

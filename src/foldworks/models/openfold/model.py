@@ -60,6 +60,7 @@ _BASE: dict[str, Any] = {
     # clamp 10 Å), layer mean: a global, chirality-aware signal for every chain incl. Cα-only ones.
     "w_ca_fape": 0.0,
     "ca_fape_clamp": 10.0,  # Å; errors above it give no gradient (AF2's FAPE clamp)
+    "ca_fape_window": 0,  # residues; > 0: only Cα within this sequence distance of the frame (local term)
     # Not in AF2 (0 = off): mean relu(15 Å − d_pred) (Å / 10) over Cα pairs ≥ 15 Å apart in the reference,
     # the pairs smooth lDDT ignores; pushes a collapsed ball apart.
     "w_ca_far": 0.0,
@@ -259,8 +260,8 @@ class EvoformerModel(nn.Module):
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
             ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
-            ca_fape = (losses.ca_fape_loss(outputs, batch, cfg["ca_fape_clamp"]) if cfg["w_ca_fape"]
-                       else ca_bond.new_zeros(()))
+            ca_fape = (losses.ca_fape_loss(outputs, batch, cfg["ca_fape_clamp"], cfg["ca_fape_window"])
+                       if cfg["w_ca_fape"] else ca_bond.new_zeros(()))
             ca_far = (losses.ca_far_pair_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_far"]
                       else ca_bond.new_zeros(()))
             ca_dist = (losses.ca_distance_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_dist"]
