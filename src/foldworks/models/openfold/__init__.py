@@ -70,8 +70,9 @@ Simplified vs AF2/OpenFold, and why:
   distogram cannot tell a right- from a left-handed helix). Measured on val (window 4, weight 1, 450
   steps): no gain, the local term fell only 0.504 → 0.488 while an ideal helix everywhere scores 0.318;
   with ``init_frames: helix`` the output stays the helix (BENCHMARKS.md "Training length and local
-  handedness"). At 1,500 steps, weight 3, it does help on val (2 seeds: lDDT-Cα 0.355 vs 0.322, GDT-TS
-  0.175 vs 0.155) without teaching the hand of a helix; the demo uses ``w_ca_fape: 3, ca_fape_window: 4``.
+  handedness"). With longer training and weight 3 it does help on val (1,500 steps, 2 seeds: lDDT-Cα
+  0.355 vs 0.322, GDT-TS 0.175 vs 0.155) without teaching the hand of a helix; the demo uses
+  ``w_ca_fape: 3, ca_fape_window: 4`` at 1,000 steps.
 * **Optional far-pair Cα term** (``w_ca_far``, default 0): mean relu(15 Å − d_pred) over Cα pairs
   ≥ 15 Å apart in the reference, the pairs smooth lDDT ignores; it leaves the collapsed start
   earlier but, at weight 1, lowered val lDDT-Cα (BENCHMARKS.md), so the demo leaves it off.
