@@ -3,13 +3,14 @@
     .venv/bin/python bench/evoformer_local.py results/predictions/evoformer [--features-dir data/features]
 
 For every ``{target}.cif`` in the predictions directory (whole-chain predictions, the predict
-stage's layout) and the reference Cα in ``{features-dir}/{target}.npz``: the Cα virtual dihedral of
-residues i..i+3 (degrees; about +50 in a right-handed α-helix, about −170/+190 in a strand), over
-the windows whose four Cα are resolved. Prints per target the fraction of windows in the
-right-handed helix range (+20..+80) in the reference and in the prediction, the fraction in the
-mirror range (−80..−20, left-handed) in the prediction, the fraction predicted within 30 degrees
-of the reference and the median error; then the means. Distances-only terms (smooth lDDT, the
-distogram) cannot tell the two hands apart; this shows whether a model learnt them.
+stage's layout, read by the evaluate stage's ``read_prediction``) and the reference Cα in
+``{features-dir}/{target}.npz`` (``load_reference``): the Cα virtual dihedral of residues i..i+3
+(degrees; about +50 in a right-handed α-helix, about −170/+190 in a strand), over the windows whose
+four Cα are resolved in the reference and present in the prediction. Prints per target the fraction
+of windows in the right-handed helix range (+20..+80) in the reference and in the prediction, the
+fraction in the mirror range (−80..−20, left-handed) in the prediction, the fraction predicted
+within 30 degrees of the reference and the median error; then the means. Distances-only terms
+(smooth lDDT, the distogram) cannot tell the two hands apart; this shows whether a model learnt them.
 Used for issue 14 in BENCHMARKS.md ("Training length and local handedness").
 """
 
@@ -18,8 +19,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import gemmi
 import numpy as np
+
+from foldworks.evaluate.scoring import load_reference, read_prediction
 
 
 def ca_dihedrals(ca: np.ndarray) -> np.ndarray:
@@ -28,12 +30,6 @@ def ca_dihedrals(ca: np.ndarray) -> np.ndarray:
     n1, n2 = np.cross(b0, b1), np.cross(b1, b2)
     m1 = np.cross(n1, b1 / np.maximum(np.linalg.norm(b1, axis=1, keepdims=True), 1e-8))
     return -np.degrees(np.arctan2((m1 * n2).sum(1), (n1 * n2).sum(1)))
-
-
-def predicted_ca(path: Path) -> np.ndarray:
-    """Cα coordinates ``[L, 3]`` (Å) of the first chain of a predicted mmCIF (one residue per position)."""
-    chain = gemmi.read_structure(str(path))[0][0]
-    return np.array([[*residue["CA"][0].pos.tolist()] for residue in chain])
 
 
 def local_row(pred: np.ndarray, ref: np.ndarray, resolved: np.ndarray) -> tuple[float, ...]:
@@ -53,14 +49,13 @@ def main() -> None:
     rows = []
     print("target\tL\thelix_ref\thelix_pred\tleft_pred\twithin_30\tmedian_err_deg")
     for path in sorted(args.predictions.glob("*.cif")):
-        features = np.load(args.features_dir / f"{path.stem}.npz")
-        ref, resolved = features["atom_positions"][:, 1], features["atom_mask"][:, 1]
-        pred = predicted_ca(path)
-        if len(pred) != len(ref) or len(ref) < 4:
+        ref = load_reference(args.features_dir / f"{path.stem}.npz", path.stem)
+        pred = read_prediction(path, path.stem, ref.length, ref.sequence)
+        if ref.length < 4:
             continue
-        rows.append(local_row(pred, ref, resolved))
-        print(path.stem, len(ref), *(f"{x:.2f}" for x in rows[-1]), sep="\t")
-    print("mean", "", *(f"{x:.3f}" for x in np.mean(rows, axis=0)), sep="\t")
+        rows.append(local_row(pred.ca, ref.ca, ref.resolved & pred.present))
+        print(path.stem, ref.length, *(f"{x:.2f}" for x in rows[-1]), sep="\t")
+    print("mean", "", *(f"{x:.3f}" for x in np.nanmean(rows, axis=0)), sep="\t")
 
 
 if __name__ == "__main__":

@@ -272,8 +272,8 @@ def test_ca_fape_zero_invariant_chiral_and_penalises_compaction(chains) -> None:
 
 def test_local_ca_fape_sees_handedness_but_not_far_pairs(chains) -> None:
     """``ca_fape_window``: the windowed Cα pseudo-frame FAPE is 0 at the truth and blind to a global
-    rigid motion; it scores a mirror image (every helix left-handed) but not a change confined to
-    pairs further apart than the window (a shrunk chain keeps its local shape up to scale only)."""
+    rigid motion; it scores a mirror image (every helix left-handed), less than the all-pairs term as
+    the far pairs are dropped, and a window of 1 (three Cα per frame) cannot see the hand at all."""
     def local(pred_ca: torch.Tensor, window: int) -> float:
         return float(losses.ca_fape_loss({"sm_frames_trans": pred_ca[:, None].float()}, chains, window=window))
     ca = chains["ca_coords"].double()
