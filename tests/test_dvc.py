@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, demo_entry_key, demo_msa_chars, require_tool
-from foldworks.provenance import code_hash, config_hash, provenance_record, sidecar_path, write_sidecars
+from foldworks.provenance import code_hash, code_text, config_hash, provenance_record, sidecar_path, write_sidecars
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
 
@@ -46,6 +46,68 @@ def test_parse_job_stats_reads_the_table_and_stops_at_total():
     assert snake.parse_job_stats("Nothing to be done (all requested files are present and up to date).") == {}
 
 
+CODE = '''"""Module docstring."""
+import math  # why
+
+
+class Box:
+    """A box."""
+
+    size = "not a docstring"
+
+    def area(self) -> float:
+        """Square Å.
+
+        Spans lines.
+        """
+        total = 0
+        for _ in range(2):
+            label = "# not a comment"
+            total += 1
+        return self.size ** 2  # trailing comment
+'''
+
+
+@pytest.mark.parametrize("edited", [
+    CODE.replace("# why", "# because"),  # a comment
+    CODE.replace("Square Å.", "Square Å (angstrom squared)."),  # a multi-line docstring
+    CODE.replace('"""A box."""', '"""A box, edited."""'),  # a class docstring
+    CODE.replace("\n\n\nclass", "\n\n\n\n\nclass").replace("math  # why", "math   "),  # blank lines, spaces
+    CODE.replace('"""Module docstring."""\n', ""),  # the module docstring removed
+])
+def test_code_text_ignores_comments_docstrings_and_blank_lines(edited):
+    assert code_text(edited.encode()) == code_text(CODE.encode())
+
+
+@pytest.mark.parametrize("edited", [
+    CODE.replace("** 2", "** 3"),
+    CODE.replace('"not a docstring"', '"other"'),  # a string that is not a docstring is data
+    CODE.replace('"# not a comment"', '"# other"'),  # a # inside a string is not a comment
+    CODE.replace("            total +=", "        total +="),  # indentation (out of the loop)
+])
+def test_code_text_sees_code_edits(edited):
+    assert code_text(edited.encode()) != code_text(CODE.encode())
+
+
+def test_code_hash_of_a_stage_ignores_its_docstrings(tmp_path):
+    package = tmp_path / "foldworks"
+    shutil.copytree(REPO_ROOT / "src" / "foldworks", package, ignore=shutil.ignore_patterns("__pycache__"))
+    scoring = package / "evaluate" / "scoring.py"
+    before = code_hash("evaluate", root=package)
+    text = scoring.read_text(encoding="utf-8")
+    first_doc = text.index('"""') + 3
+    scoring.write_text(text[:first_doc] + "Edited. " + text[first_doc:] + "\n# trailing note\n", encoding="utf-8")
+    code_hash.cache_clear()
+    assert code_hash("evaluate", root=package) == before
+    scoring.write_text(text.replace("def ", "def _renamed_", 1), encoding="utf-8")
+    code_hash.cache_clear()
+    assert code_hash("evaluate", root=package) != before
+
+
+def test_code_text_of_source_that_does_not_parse_is_the_source():
+    assert code_text(b"def broken(:\n") == b"def broken(:\n"
+
+
 def test_provenance_matches_only_its_own_config_slice_and_code(tmp_path):
     package = tmp_path / "src" / "foldworks"
     shutil.copytree(REPO_ROOT / "src" / "foldworks", package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -56,11 +118,15 @@ def test_provenance_matches_only_its_own_config_slice_and_code(tmp_path):
     changed = check.compare(record, "evaluate", {"baseline": "other"}, "evaluate", package)
     assert len(changed) == 1 and "config_hash" in changed[0]
     with open(package / "train" / "run.py", "a") as handle:  # train code: not evaluate's
-        handle.write("\n# edited\n")
+        handle.write("\n_EDITED = True\n")
     code_hash.cache_clear()
     assert check.compare(record, "evaluate", config["evaluate"], "evaluate", package) == []
     with open(package / "evaluate" / "scoring.py", "a") as handle:
-        handle.write("\n# edited\n")
+        handle.write("\n# a comment is not code\n")
+    code_hash.cache_clear()
+    assert check.compare(record, "evaluate", config["evaluate"], "evaluate", package) == []
+    with open(package / "evaluate" / "scoring.py", "a") as handle:
+        handle.write("\n_EDITED = True\n")
     code_hash.cache_clear()
     changed = check.compare(record, "evaluate", config["evaluate"], "evaluate", package)
     assert len(changed) == 1 and "code_hash" in changed[0] and "src/foldworks/evaluate" in changed[0]
@@ -280,7 +346,7 @@ def test_pull_refuses_results_of_other_code_or_config(run):
     config["experiments"]["distogram"]["trainer"]["seed"] = 1
     (other / "tiny.yaml").write_text(yaml.safe_dump(config))
     with open(other / "src/foldworks/evaluate/scoring.py", "a") as handle:
-        handle.write("\n# a changed evaluation\n")
+        handle.write("\n_CHANGED_EVALUATION = True\n")
     sh(["git", "commit", "-qam", "other code and config"], other)
     result = sh(["make", "pull", "CONFIG=tiny.yaml", "NO_SETUP=1"], other, ok=False)
     message = result.stdout + result.stderr
@@ -404,7 +470,7 @@ def test_evaluation_only_config_or_code_edit_reruns_only_evaluate_and_report(run
     config.pop("evaluate")
     (work / "tiny.yaml").write_text(yaml.safe_dump(config))
     with open(work / "src/foldworks/evaluate/scoring.py", "a") as handle:
-        handle.write("\n# edited\n")
+        handle.write("\n_EDITED = True\n")
     assert dry_run(work).counts == expected
 
 
@@ -418,7 +484,7 @@ def test_touching_tracked_files_or_checking_out_away_and_back_reruns_nothing(run
     sh(["git", "checkout", "-q", "-b", "side"], run.clone)
     for name in ("src/foldworks/evaluate/scoring.py", "workflow/rules/evaluate.smk", "README.md"):
         with open(run.clone / name, "a") as handle:
-            handle.write("\n# side branch\n")
+            handle.write("\n_SIDE_BRANCH = True\n" if name.endswith(".py") else "\n# side branch\n")
     sh(["git", "commit", "-qam", "side"], run.clone)
     sh(["git", "checkout", "-q", "main"], run.clone)
     assert "Nothing to be done" in smk(run.clone, "-n")
