@@ -15,6 +15,11 @@ precision / recall of "helix" per split, pooled over residues:
 * ``torsion_head`` — the model's own torsion head: its (φ, ψ) of the final structure layer in
   φ −100..−30°, ψ −80..−10° (backbone chains only, against the same box on the reference torsions).
 
+Then the torsion loss itself (Alg 27 squared chord of (sin, cos), π-periodic chis against the nearer
+alternative; final structure layer, whole chains, unweighted mean over residues) of the torsion head
+against the per-residue-type mean direction fitted on train: how much more than the residue type the
+head has learnt (overall, φ, ψ and χ1), with the helix-box accuracy of that residue-type prediction.
+
 Then, per test chain, the reference helix fraction and what the trunk probe and the torsion head call
 helical. One thread, eval mode, whole chains; ~1 min on ``cpu_small``. Used for issue 14 in
 BENCHMARKS.md ("What the trunk knows about helices").
@@ -77,7 +82,51 @@ def chain_readouts(model: torch.nn.Module, path: Path, window: int) -> dict[str,
     return {"y": helix_labels(np.asarray(feats["atom_positions"][:, 1]), np.asarray(feats["residue_mask"], bool)),
             "seq": windows(onehot, window), "trunk": windows(captured["s"][0].numpy(), 3),
             "head": torsion_helix(out["sm_angles"][0, -1]), "ref_tors": torsion_helix(ref["torsions"][0]),
-            "tors_ok": tors_ok}
+            "tors_ok": tors_ok, "aatype": aatype, "head_angles": out["sm_angles"][0, -1].numpy(),
+            "torsions": ref["torsions"][0].numpy(), "alt_torsions": ref["alt_torsions"][0].numpy(),
+            "torsion_mask": ref["torsion_mask"][0].numpy()}
+
+
+def residue_type_torsions(train: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """``[21, 7, 2]``: per residue type and torsion, the normalised mean (sin, cos) over the train
+    residues where it is defined (0° where never defined)."""
+    aatype = np.concatenate([c["aatype"] for c in train])
+    sin_cos, mask = (np.concatenate([c[k] for c in train]) for k in ("torsions", "torsion_mask"))
+    mean = np.zeros((21, 7, 2))
+    mean[..., 1] = 1.0
+    for a in range(21):
+        for k in range(7):
+            rows = (aatype == a) & mask[:, k]
+            if rows.any():
+                v = sin_cos[rows, k].mean(0)
+                mean[a, k] = v / max(float(np.linalg.norm(v)), 1e-9)
+    return mean
+
+
+def torsion_errors(chains: list[dict[str, np.ndarray]], predict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Alg 27 squared chord distances of ``predict(chain) [L, 7, 2]`` per defined torsion, as
+    ``(sum [7], count [7])``, and the (predicted, reference) helix-box calls ``[2, N]``."""
+    total, count, calls = np.zeros(7), np.zeros(7), []
+    for c in chains:
+        pred = predict(c)
+        d = np.minimum(((pred - c["torsions"]) ** 2).sum(-1), ((pred - c["alt_torsions"]) ** 2).sum(-1))
+        total += (d * c["torsion_mask"]).sum(0)
+        count += c["torsion_mask"].sum(0)
+        calls.append(np.stack([torsion_helix(torch.tensor(pred))[c["tors_ok"]], c["ref_tors"][c["tors_ok"]]]))
+    return total, count, np.concatenate(calls, 1)
+
+
+def print_torsion_losses(chains: dict[str, dict[str, dict[str, np.ndarray]]]) -> None:
+    """Torsion loss of the head and of the residue-type mean per split (see the module docstring)."""
+    mean = residue_type_torsions(list(chains["train"].values()))
+    predictors = {"torsion_head": lambda c: c["head_angles"], "residue_type_mean": lambda c: mean[c["aatype"]]}
+    print("\ntorsion loss\tsplit\tresidues\tall\tphi\tpsi\tchi1\thelix_box_accuracy")
+    for name, predict in predictors.items():
+        for s in SPLITS:
+            total, count, calls = torsion_errors(list(chains[s].values()), predict)
+            per = total / np.maximum(count, 1)
+            print(name, s, int(count[2]), f"{total.sum() / count.sum():.3f}", f"{per[1]:.3f}", f"{per[2]:.3f}",
+                  f"{per[3]:.3f}", f"{(calls[0] == calls[1]).mean():.3f}", sep="\t")
 
 
 def fit_probe(x: np.ndarray, y: np.ndarray, steps: int, seed: int):
@@ -130,6 +179,7 @@ def main() -> None:
         head = np.concatenate([c["head"][m] for c, m in zip(chains[s].values(), ok)])
         truth = np.concatenate([c["ref_tors"][m] for c, m in zip(chains[s].values(), ok)]).astype(int)
         print("torsion_head", s, len(truth), scores(head, truth), sep="\t")
+    print_torsion_losses(chains)
     print("\ntest chain\tresidues\thelix_ref\thelix_trunk_probe\thelix_torsion_head")
     for name, c in chains["test"].items():
         known = c["y"] >= 0
