@@ -10,6 +10,7 @@ entries' own sequences, so that it does not depend on the chain table, as with t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -24,7 +25,8 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, demo_entry_key, demo_msa_chars, require_tool
-from foldworks.provenance import code_hash, code_text, config_hash, provenance_record, sidecar_path, write_sidecars
+from foldworks.provenance import (_file_code_digest, code_digest_cache_dir, code_hash, code_text, config_hash,
+                                  provenance_record, sidecar_path, write_sidecars)
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
 
@@ -106,6 +108,39 @@ def test_code_hash_of_a_stage_ignores_its_docstrings(tmp_path):
 
 def test_code_text_of_source_that_does_not_parse_is_the_source():
     assert code_text(b"def broken(:\n") == b"def broken(:\n"
+
+
+def _digest_uncached(path: Path) -> bytes:
+    return hashlib.sha256(code_text(path.read_bytes())).digest()
+
+
+def test_code_digest_cache_is_keyed_by_content_and_recomputes_bad_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("FOLDWORKS_CACHE_DIR", str(tmp_path / "cache"))
+    module = tmp_path / "module.py"
+    module.write_text(CODE, encoding="utf-8")
+    _file_code_digest.cache_clear()
+    digest = _file_code_digest(str(module), 1, 1)
+    assert digest == _digest_uncached(module)
+    entry = code_digest_cache_dir() / hashlib.sha256(module.read_bytes()).hexdigest()
+    assert entry.read_text() == digest.hex()
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temp file left behind
+    for bad in ("", "zz" * 32, digest.hex()[:40]):  # empty, not hex, truncated
+        entry.write_text(bad)
+        _file_code_digest.cache_clear()
+        assert _file_code_digest(str(module), 1, 1) == digest
+    module.write_text(CODE.replace("** 2", "** 3"), encoding="utf-8")  # new bytes, new entry
+    _file_code_digest.cache_clear()
+    assert _file_code_digest(str(module), 2, 1) == _digest_uncached(module) != digest
+
+
+def test_code_digest_without_a_writable_cache_is_still_computed(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("FOLDWORKS_CACHE_DIR", str(blocker / "cache"))  # mkdir under a file fails, even as root
+    module = tmp_path / "module.py"
+    module.write_text(CODE, encoding="utf-8")
+    _file_code_digest.cache_clear()
+    assert _file_code_digest(str(module), 1, 1) == _digest_uncached(module)
 
 
 def test_provenance_matches_only_its_own_config_slice_and_code(tmp_path):

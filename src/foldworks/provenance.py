@@ -12,7 +12,9 @@ import ast
 import hashlib
 import io
 import json
+import os
 import subprocess
+import tempfile
 import tokenize
 from functools import lru_cache
 from importlib import metadata
@@ -78,11 +80,54 @@ def code_hash(*parts: str, root: str | Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
+#: Bump when :func:`code_text` changes what it keeps: it names the on-disk cache of code digests.
+CODE_TEXT_VERSION = 1
+
+
+def code_digest_cache_dir() -> Path:
+    """Where code digests are cached: ``$FOLDWORKS_CACHE_DIR``, else ``$XDG_CACHE_HOME/foldworks``, else
+    ``~/.cache/foldworks``; a sub-folder per :data:`CODE_TEXT_VERSION`."""
+    base = os.environ.get("FOLDWORKS_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or
+                                                          Path.home() / ".cache") / "foldworks"
+    return Path(base) / f"code_text-v{CODE_TEXT_VERSION}"
+
+
 @lru_cache(maxsize=4096)
 def _file_code_digest(path: str, mtime_ns: int, size: int) -> bytes:
-    """SHA-256 of one file's :func:`code_text`, cached per (path, mtime, size): the shared modules and
-    the model package are in several stages' hashes, and tokenizing is the slow part (~0.4 s for all)."""
-    return hashlib.sha256(code_text(Path(path).read_bytes())).digest()
+    """SHA-256 of one file's :func:`code_text`, cached in memory per (path, mtime, size) and on disk per
+    SHA-256 of the file's bytes (:func:`code_digest_cache_dir`).
+
+    Tokenizing is the slow part (~0.4 s for the 16 rule hashes, paid at every Snakemake start-up and
+    twice per cluster job); a cached digest costs one small file read. The disk entry is keyed by the
+    bytes, so it cannot go stale; a missing, unreadable or malformed entry is recomputed, and an
+    unwritable cache folder only costs the time.
+    """
+    source = Path(path).read_bytes()
+    entry = code_digest_cache_dir() / hashlib.sha256(source).hexdigest()
+    try:
+        cached = entry.read_text().strip()
+        if len(cached) == 64:
+            return bytes.fromhex(cached)
+    except (OSError, ValueError):
+        pass
+    digest = hashlib.sha256(code_text(source)).digest()
+    _store(entry, digest.hex())
+    return digest
+
+
+def _store(entry: Path, text: str) -> None:
+    """Write ``text`` to ``entry`` atomically (temp name, then rename); give up silently on OSError."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=f".{entry.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, entry)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def config_hash(config_slice: Any) -> str:
