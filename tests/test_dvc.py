@@ -10,6 +10,7 @@ entries' own sequences, so that it does not depend on the chain table, as with t
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -104,6 +105,30 @@ def test_code_hash_of_a_stage_ignores_its_docstrings(tmp_path):
     scoring.write_text(text.replace("def ", "def _renamed_", 1), encoding="utf-8")
     code_hash.cache_clear()
     assert code_hash("evaluate", root=package) != before
+
+
+def _rule_code_parts() -> dict[str, tuple[str, ...]]:
+    """Every ``code_hash(...)`` call of workflow/rules/*.smk: ``"<file>:<n>"`` -> its parts."""
+    calls = {}
+    for smk in sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk")):
+        for n, match in enumerate(re.finditer(r"code_hash\(([^)]*)\)", smk.read_text(encoding="utf-8"))):
+            calls[f"{smk.stem}:{n}"] = tuple(ast.literal_eval(f"({match.group(1)},)"))
+    return calls
+
+
+@pytest.mark.parametrize("planner", ["fetch", "parse", "msa", "features", "common"])
+def test_a_code_edit_in_one_stage_planner_restamps_only_that_stage(tmp_path, planner):
+    package = tmp_path / "foldworks"
+    shutil.copytree(REPO_ROOT / "src" / "foldworks", package, ignore=shutil.ignore_patterns("__pycache__"))
+    calls = _rule_code_parts()
+    users = {name for name, parts in calls.items() if f"shards/stages/{planner}" in parts}
+    assert users, f"no rule hashes shards/stages/{planner}"
+    before = {name: code_hash(*parts, root=package) for name, parts in calls.items()}
+    with (package / "shards" / "stages" / f"{planner}.py").open("a", encoding="utf-8") as handle:
+        handle.write("\n_EDITED = True\n")
+    code_hash.cache_clear()
+    after = {name: code_hash(*parts, root=package) for name, parts in calls.items()}
+    assert {name for name in calls if after[name] != before[name]} == users
 
 
 def test_code_text_of_source_that_does_not_parse_is_the_source():

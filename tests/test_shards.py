@@ -18,7 +18,7 @@ from foldworks.shards import (ALL_ENTRIES_KEY, SHORT_KEY_ENTRY_LIMITS, Row, entr
 from foldworks.shards.__main__ import main as shard_main
 from foldworks.shards.run import partial_path, run_items, state_path
 from foldworks.shards.run import Plan
-from foldworks.shards.stages import shard_source_stamp, source_fingerprint
+from foldworks.shards.stages.fetch import shard_source_stamp, source_fingerprint
 
 ENTRIES = ["1crn", "1cbn", "1aki"]  # shards "cr", "cb", "ak"
 

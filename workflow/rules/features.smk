@@ -30,10 +30,10 @@ rule features:
              "allow_single_sequence_fallback": MSA_CFG["allow_single_sequence_fallback"]},
             sort_keys=True,
         ),
-        # The per-item stamps hash the stage's code and its planner (shards/stages.py), not the shard
+        # The per-item stamps hash the stage's code and its planner (shards/stages/features.py), not the shard
         # bookkeeping (manifests, keys, the item loop: shards/__init__, run, __main__), whose edits
         # change no per-item output and would otherwise recompute every item of the PDB.
-        code=code_hash("features", "msa/a3m", "shards/stages"),
+        code=code_hash("features", "msa/a3m", "shards/stages/common", "shards/stages/features"),
     conda:
         "../../envs/python.yaml"
     log:

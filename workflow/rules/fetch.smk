@@ -4,7 +4,7 @@
 
 from foldworks.dagindex import normalized_entry_list_digest
 from foldworks.entrylist import ENTRY_LIST, write_entry_list
-from foldworks.shards.stages import shard_source_stamp
+from foldworks.shards.stages.fetch import shard_source_stamp
 
 
 # The run's entries as one file (foldworks.entrylist): the rules over every entry (fetch_manifest,

@@ -4,7 +4,7 @@
 # BENCHMARKS.md "fetch and parse in one job") and, under Slurm, one submission with a nested
 # Snakemake start-up; the two stages always run back to back on the same shard anyway. Each stage
 # keeps its own manifest, log, params and code hash, and its own per-entry stamps
-# (foldworks.shards.stages), so a parse-only change reruns the job but refetches nothing, and a
+# (foldworks.shards.stages.fetch / .parse), so a parse-only change reruns the job but refetches nothing, and a
 # changed mirror file refetches and reparses only that entry.
 #
 # fetch, per entry: the fetch *record* data/raw/{entry}.json: `status: ok` (the structure is
@@ -41,8 +41,8 @@ rule ingest:
         parse_cfg=slice_json("parse"),
         attempt=lambda wildcards: fetch_attempt_token(f"data/raw/shards/{wildcards.shard}.tsv"),
         mirror=lambda wildcards: shard_source_stamp(config["pdb"]["source"], ENTRY_SHARDS[wildcards.shard]),
-        fetch_code=code_hash("fetch", "shards/stages"),  # not the shard bookkeeping (see features.smk)
-        parse_code=code_hash("parse", "fetch/convert", "shards/stages"),
+        fetch_code=code_hash("fetch", "shards/stages/common", "shards/stages/fetch"),  # not the shard bookkeeping (see features.smk)
+        parse_code=code_hash("parse", "fetch/convert", "shards/stages/common", "shards/stages/parse"),
     conda:
         "../../envs/python.yaml"
     log:

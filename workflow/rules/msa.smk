@@ -24,7 +24,8 @@ MSA_DBS = {db["name"]: db for db in MSA_CFG["databases"]}
 MSA_MAX_ATTEMPTS = int(MSA_CFG["retries"]) + 1
 MSA_SEARCH_PARAMS = json.dumps(search_slice(MSA_CFG), sort_keys=True)
 MSA_SEARCH_CODE = code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
-                            "msa/mmseqs_search", "msa/ffindex", "shards/stages")
+                            "msa/mmseqs_search", "msa/ffindex", "shards/stages/common",
+                            "shards/stages/msa")
 
 
 checkpoint msa_db:
@@ -151,7 +152,7 @@ checkpoint msa_index:
     output:
         index=MSA_INDEX,
     params:
-        code=code_hash("msa/index", "shards"),
+        code=code_hash("msa/index", "shards/__init__"),  # the manifest helpers it imports, not the planners
     localrule: True  # reads <= 4,096 small manifests; on the critical path (msa -> features)
     conda:
         "../../envs/hhsuite.yaml"  # the msa package's env (tests/test_envs.py), as msa_summary

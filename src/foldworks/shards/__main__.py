@@ -21,7 +21,10 @@ from typing import Sequence
 
 from foldworks.logutil import setup_logging
 from foldworks.shards import ALL_ENTRIES_KEY, entry_key, stamp_of
-from foldworks.shards import stages
+from foldworks.shards.stages.features import features_planner
+from foldworks.shards.stages.fetch import fetch_plan
+from foldworks.shards.stages.msa import hhblits_planner, mmseqs_planner, remove_work_dir
+from foldworks.shards.stages.parse import parse_planner
 from foldworks.shards.run import old_rows, run_items
 
 STAGES = ("fetch", "parse", "msa", "features")
@@ -78,33 +81,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.source:
             parser.error("fetch: --source is required")
         attempt = args.attempt
-        plan_of = lambda entry: stages.fetch_plan(entry, args.source, args.params, args.records_dir,  # noqa: E731
-                                                  args.failures_dir, args.attempt)
+        plan_of = lambda entry: fetch_plan(entry, args.source, args.params, args.records_dir,  # noqa: E731
+                                           args.failures_dir, args.attempt)
     elif args.stage == "parse":
         if not args.fetch_manifest:
             parser.error("parse: --fetch-manifest is required")
-        plan_of = stages.parse_planner(args.fetch_manifest, args.params, args.records_dir, args.parsed_dir,
-                                       args.failures_dir)
+        plan_of = parse_planner(args.fetch_manifest, args.params, args.records_dir, args.parsed_dir,
+                                args.failures_dir)
     elif args.stage == "features":
         if not args.parse_manifest:
             parser.error("features: --parse-manifest is required")
         pairs = dict(item.split(":", 1) for item in items)
         items = sorted(pairs)
-        plan_of = stages.features_planner(pairs, args.parse_manifest, args.msa_manifests, args.params,
-                                          args.parsed_dir, args.msa_dir, args.features_dir, args.failures_dir)
+        plan_of = features_planner(pairs, args.parse_manifest, args.msa_manifests, args.params,
+                                   args.parsed_dir, args.msa_dir, args.features_dir, args.failures_dir)
     elif args.tool == "hhblits":
-        plan_of = stages.hhblits_planner(args.db_records, args.params, args.sequences_dir, args.msa_dir,
-                                         args.failures_dir, args.threads, args.timeout_s, args.max_attempts)
+        plan_of = hhblits_planner(args.db_records, args.params, args.sequences_dir, args.msa_dir,
+                                  args.failures_dir, args.threads, args.timeout_s, args.max_attempts)
     else:
         work_dir = args.work_dir or f"data/msa_batches/mmseqs/{args.key}"
         old = old_rows(args.manifest)
-        plan_of = stages.mmseqs_planner(items, old, stamp, args.db_records, args.params, args.sequences_dir,
-                                        args.msa_dir, args.failures_dir, work_dir, args.threads, args.timeout_s,
-                                        args.max_attempts)
+        plan_of = mmseqs_planner(items, old, stamp, args.db_records, args.params, args.sequences_dir,
+                                 args.msa_dir, args.failures_dir, work_dir, args.threads, args.timeout_s,
+                                 args.max_attempts)
     run_items(args.stage, args.key, items, args.manifest, stamp, plan_of, attempt, args.failures_dir,
               retry_failed=args.stage == "msa")
     if args.stage == "msa" and args.tool == "mmseqs":
-        stages.remove_work_dir(args.work_dir or f"data/msa_batches/mmseqs/{args.key}")
+        remove_work_dir(args.work_dir or f"data/msa_batches/mmseqs/{args.key}")
     return 0
 
 
