@@ -30,6 +30,8 @@ from foldworks.provenance import (_file_code_digest, code_digest_cache_dir, code
                                   provenance_record, sidecar_path, write_sidecars)
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
+from foldworks.shards import Row, group_entries, read_manifest, write_manifest
+from foldworks.shards.prune import key_chars
 
 VENV = Path(sys.prefix)
 ENV = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -244,6 +246,7 @@ class Run:
     push_output: str
     pull_output: str
     committed: list[str]
+    old_key_chars: int  # of the manifests planted before make push
 
 
 def sh(cmd: list[str], cwd: Path, timeout: int = 900, ok: bool = True) -> subprocess.CompletedProcess:
@@ -320,6 +323,22 @@ def copy_project(dest: Path) -> None:
             shutil.copy2(source, dest / name, follow_symlinks=False)
 
 
+def plant_old_length_manifests(shards: Path) -> int:
+    """Manifests a run with another ``pdb.shard_chars`` would have left: the run's fetch rows under
+    keys of another length (with a state copy), and one manifest holding an entry (1zzz) that no
+    current shard holds. Returns the other key length."""
+    current = [path for path in shards.glob("*.tsv") if not path.name.startswith(".")]
+    rows = [row for path in current for row in read_manifest(path).values()]
+    assert len(rows) >= 10, f"expected the tiny run's fetch manifests in {shards}"
+    old_chars = 1 if key_chars(current[0].stem) == 2 else 2
+    for key, entries in group_entries([row.item for row in rows], old_chars).items():
+        kept = [row for row in rows if row.item in entries]
+        write_manifest(shards / f"{key}.tsv", kept)
+        write_manifest(shards / f".{key}.state.tsv", kept)
+    write_manifest(shards / f"{'z' * old_chars}.tsv", [Row("1zzz", "ok", "0" * 64, "0" * 16, "0" * 64)])
+    return old_chars
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, pdb_mirror) -> Run:
     for tool in ("hhblits", "mmseqs", "ffindex_build", "make", "git"):
@@ -342,6 +361,7 @@ def run(tmp_path_factory, pdb_mirror) -> Run:
     sh(["git", "add", "-A"], repo)
     sh(["git", "commit", "-qm", "project"], repo)
     smk(repo, "--cores", "2", timeout=1500)
+    old_chars = plant_old_length_manifests(repo / "data/raw/shards")
     push = sh(["make", "push", "CONFIG=tiny.yaml", "NO_SETUP=1"], repo).stdout
     match = re.search(r"git add (.+?) && git commit", push)
     assert match, f"make push did not say what to commit:\n{push}"
@@ -352,7 +372,7 @@ def run(tmp_path_factory, pdb_mirror) -> Run:
     sh(["git", "clone", "-q", str(repo), str(clone)], root)
     link_venv(clone)
     pull = sh(["make", "pull", "CONFIG=tiny.yaml", "NO_SETUP=1"], clone).stdout
-    return Run(root, repo, clone, mirror, push, pull, committed)
+    return Run(root, repo, clone, mirror, push, pull, committed, old_chars)
 
 
 def metrics_files(checkout: Path) -> dict[str, bytes]:
@@ -368,6 +388,15 @@ def test_push_clone_pull_leaves_nothing_to_do(run):
     assert sh(["git", "status", "--porcelain"], run.repo).stdout == "", "make push left files uncommitted"
     assert "Nothing to be done" in smk(run.repo, "-n"), "make push disturbed the run's mtimes"
     assert any((run.root / "remote").rglob("*")), "nothing was pushed to the remote"
+    # make push removed the old-length manifests whose entries all moved, kept the other (1zzz)
+    shards, stale = run.repo / "data/raw/shards", "z" * run.old_key_chars
+    manifests = [p.name for p in shards.glob("*.tsv") if not p.name.startswith(".")]
+    assert [name for name in manifests if key_chars(name[:-4]) == run.old_key_chars] == [f"{stale}.tsv"]
+    assert not [p for p in shards.glob(".*.state.tsv") if key_chars(p.stem[1:-6]) == run.old_key_chars]
+    assert read_manifest(shards / f"{stale}.tsv").keys() == {"1zzz"}
+    assert re.search(rf"data/raw/shards: removed \d+ manifest\(s\) of an old key length; kept {stale}\.tsv "
+                     r"\(1 item not", run.push_output), run.push_output
+    assert (run.clone / "data/raw/shards" / f"{stale}.tsv").exists()
     assert "nothing to be done" in run.pull_output
     assert "Nothing to be done" in smk(run.clone, "-n")
     assert metrics_files(run.clone) == metrics_files(run.repo)

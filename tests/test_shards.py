@@ -16,6 +16,7 @@ import pytest
 from foldworks.shards import (ALL_ENTRIES_KEY, SHORT_KEY_ENTRY_LIMITS, Row, entry_shard, file_sha256, fetch_attempt_token, group_entries,
                               read_attempt, read_manifest, sequence_shard, shard_size_note, write_manifest)
 from foldworks.shards.__main__ import main as shard_main
+from foldworks.shards.prune import current_key_chars, prune_stale_manifests, summary
 from foldworks.shards.run import partial_path, run_items, state_path
 from foldworks.shards.run import Plan
 from foldworks.shards.stages.fetch import shard_source_stamp, source_fingerprint
@@ -255,3 +256,62 @@ def test_shard_stamp_is_the_digest_of_the_fingerprints_in_either_layout(tmp_path
     assert shard_source_stamp(str(mirror), entries) == expected
     (mirror / "ab" / "2abd.cif.gz").write_bytes(b"changed content")
     assert shard_source_stamp(str(mirror), entries) != expected
+
+
+def _rows(*items: str) -> list[Row]:
+    return [Row(item, "ok", "0" * 64, "0" * 16, "0" * 64) for item in items]
+
+
+@pytest.mark.parametrize("old_key, new_keys, chars", [
+    ("all", ("ab", "cr"), 2),  # pdb.shard_chars 0 -> 2: all.tsv's entries are spread over ab, cr
+    ("cr", ("c",), 1),         # 2 -> 1
+    ("c", ("all",), 0),        # 1 -> 0
+])
+def test_prune_removes_an_old_length_manifest_once_every_item_has_moved(tmp_path, old_key, new_keys, chars):
+    shards = tmp_path / "shards"
+    old = shards / f"{old_key}.tsv"
+    write_manifest(old, _rows("1abc", "1crn") if old_key == "all" else _rows("1crn"))
+    write_manifest(state_path(old), read_manifest(old).values())
+    partial_path(old).write_text("")
+    assert prune_stale_manifests(shards, chars).kept == {old: 2 if old_key == "all" else 1}  # nothing moved yet
+    assert old.exists()
+    for key in new_keys:
+        write_manifest(shards / f"{key}.tsv", _rows("1abc" if key == "ab" else "1crn"))
+    report = prune_stale_manifests(shards, chars, dry_run=True)
+    assert report.removed == [old] and old.exists(), "a dry run removed the manifest"
+    report = prune_stale_manifests(shards, chars)
+    assert report.removed == [old] and report.kept == {}
+    assert not old.exists() and not state_path(old).exists() and not partial_path(old).exists()
+    assert sorted(p.name for p in shards.iterdir()) == sorted(f"{key}.tsv" for key in new_keys)
+
+
+def test_prune_keeps_an_old_manifest_with_an_entry_no_current_shard_holds(tmp_path):
+    """1zzz left the run (or its shard has not run yet): its old row may still be reused, so ``z.tsv``
+    stays; ``cr.tsv`` (every entry under ``c`` now) goes."""
+    shards = tmp_path / "shards"
+    write_manifest(shards / "cr.tsv", _rows("1crn"))
+    write_manifest(shards / "zz.tsv", _rows("1zzz"))
+    write_manifest(shards / "c.tsv", _rows("1crn", "1cyo"))
+    report = prune_stale_manifests(shards, 1)
+    assert report.removed == [shards / "cr.tsv"] and report.kept == {shards / "zz.tsv": 1}
+    line = summary({"data/raw": report})
+    assert "removed 1 manifest(s)" in line and "zz.tsv (1 item not" in line
+    assert prune_stale_manifests(tmp_path / "absent", 2).removed == []
+
+
+@pytest.mark.parametrize("tool, expected", [("hhblits", 3), ("mmseqs", 1)])
+def test_prune_follows_the_config_key_lengths_of_each_stage(tool, expected):
+    config = {"pdb": {"shard_chars": 0}, "msa": {"tool": tool, "shard_chars": 3, "mmseqs": {"shard_chars": 1}}}
+    assert current_key_chars(config) == {"data/raw": 0, "data/parsed": 0, "data/features": 0, "data/msa": expected}
+
+
+def test_fetch_after_prune_refetches_nothing(tmp_path, pdb_mirror):
+    """2 -> 1 on real mirror entries: once shard ``c`` ran, ``cr.tsv`` is pruned, and rerunning ``c``
+    keeps 1crn from its own manifest."""
+    assert _fetch(tmp_path, pdb_mirror, "cr", ["1crn"]) == 0
+    assert _fetch(tmp_path, pdb_mirror, "c", ["1crn", "1cyo"]) == 0
+    shards, record = tmp_path / "data/raw/shards", tmp_path / "data/raw/1crn.json"
+    before = record.stat().st_mtime_ns
+    assert prune_stale_manifests(shards, 1).removed == [shards / "cr.tsv"]
+    assert _fetch(tmp_path, pdb_mirror, "c", ["1crn", "1cyo"]) == 0
+    assert record.stat().st_mtime_ns == before, "1crn was refetched after the prune"

@@ -1,8 +1,9 @@
 """``python -m foldworks.repro push|pull|check`` — what ``make push`` and ``make pull`` run.
 
     push   the run is complete (``snakemake -n``: nothing to do) and its checkpoints and metrics
-           match this checkout -> ``dvc add`` every artifact group (mtimes kept) -> ``dvc push``
-           -> print the ``.dvc`` files to commit.
+           match this checkout -> remove the shard manifests of an old key length whose items have
+           all moved to current-length shards (foldworks.shards.prune) -> ``dvc add`` every artifact
+           group (mtimes kept) -> ``dvc push`` -> print the ``.dvc`` files to commit.
     pull   ``dvc pull`` -> refuse, naming each artifact, if any checkpoint or metrics table was
            produced by other code or config than this checkout's -> ``snakemake --touch
            --forceall`` (consistent mtimes, metadata for every job) -> ``snakemake -n`` must
@@ -24,6 +25,7 @@ from pathlib import Path
 from foldworks.provenance import git_sha
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import ConfigError, load_workflow_config
+from foldworks.shards import prune
 
 #: The rules to force when artifacts of a stage do not match (downstream rules follow).
 FORCERUN = {"results/checkpoints": "train", "results/metrics": "evaluate evaluate_baseline evaluate_design"}
@@ -63,6 +65,10 @@ def cmd_push(repo: Path, args: argparse.Namespace, smk: list[str]) -> None:
     if problems:
         raise Refused("refusing to push: the artifacts above do not match this checkout "
                       f"(rerun them: {forcerun_hint(problems)})")
+    # every current-length shard job has run (nothing to do): old-length manifests can go
+    pruned = prune.summary(prune.prune_workflow(repo, load_workflow_config(repo, args.configfile)))
+    if pruned:
+        print("[push] " + pruned.replace("\n", "\n[push] "))
     groups = artifacts.present_groups(repo)
     restored = artifacts.add(repo, groups)
     print(f"[push] recorded {len(groups)} artifact groups with DVC ({restored} mtimes put back)")

@@ -1,0 +1,103 @@
+"""Remove the shard manifests of a key length the workflow no longer uses.
+
+After ``pdb.shard_chars`` or ``msa.shard_chars`` changes, every shard is renamed (``ab.tsv`` ->
+``a.tsv``), and each renamed shard job reuses the rows of the old-length manifests beside it
+(:func:`foldworks.shards.run.other_width_manifests`). So an old-length manifest must stay until
+the shard jobs that took over its items have run, and may go after that: it is then only read
+(by every related shard job), versioned (``make push`` records ``data/<stage>`` with DVC) and
+never updated. :func:`prune_stale_manifests` removes an old-length manifest, and its hidden
+state and partial copies, only when **every** item in it is in a manifest of the current
+length, i.e. has been taken over; it keeps the others and says how many items are not yet
+covered. ``make push`` runs it for the four stages once the run is complete (``snakemake -n``
+has nothing to do), which is when every current-length shard job has run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from foldworks.shards import ALL_ENTRIES_KEY, read_manifest
+from foldworks.shards.run import partial_path, state_path
+
+#: Stage directories (``data/<stage>``, manifests in ``shards/``) and what keys their shards.
+ENTRY_STAGE_DIRS = ("data/raw", "data/parsed", "data/features")
+MSA_STAGE_DIR = "data/msa"
+
+
+@dataclass
+class PruneReport:
+    """What :func:`prune_stale_manifests` did in one ``shards/`` directory."""
+
+    removed: list[Path] = field(default_factory=list)
+    #: ``{old-length manifest: items in it that no current-length manifest holds}``
+    kept: dict[Path, int] = field(default_factory=dict)
+
+
+def key_chars(key: str) -> int:
+    """Key length of a shard key: 0 for the one-shard key ``all``."""
+    return 0 if key == ALL_ENTRIES_KEY else len(key)
+
+
+def _manifests(shards_dir: Path) -> list[Path]:
+    try:
+        names = sorted(entry.name for entry in os.scandir(shards_dir))
+    except FileNotFoundError:
+        return []
+    return [shards_dir / name for name in names if name.endswith(".tsv") and not name.startswith(".")]
+
+
+def prune_stale_manifests(shards_dir: str | os.PathLike[str], chars: int, dry_run: bool = False) -> PruneReport:
+    """Remove the manifests in ``shards_dir`` whose key length is not ``chars`` (0: ``all``) and
+    whose every item is in a manifest of length ``chars``; ``dry_run``: only report."""
+    directory = Path(shards_dir)
+    manifests = _manifests(directory)
+    current = [path for path in manifests if key_chars(path.stem) == chars]
+    covered: set[str] = set()
+    for path in current:
+        covered.update(read_manifest(path))
+    report = PruneReport()
+    for path in manifests:
+        if key_chars(path.stem) == chars:
+            continue
+        missing = sum(item not in covered for item in read_manifest(path))
+        if missing:
+            report.kept[path] = missing
+            continue
+        if not dry_run:
+            for copy in (state_path(path), partial_path(path), path):
+                copy.unlink(missing_ok=True)
+        report.removed.append(path)
+    return report
+
+
+def current_key_chars(config: Mapping[str, Any]) -> dict[str, int]:
+    """``{stage dir: key length}`` of a validated workflow config (defaults filled): the entry
+    stages follow ``pdb.shard_chars``, msa ``msa.shard_chars`` (hhblits) or
+    ``msa.mmseqs.shard_chars`` (mmseqs), as workflow/rules/common.smk and msa.smk read them."""
+    msa = config["msa"]
+    msa_chars = msa["shard_chars"] if msa["tool"] == "hhblits" else msa["mmseqs"]["shard_chars"]
+    chars = {stage_dir: int(config["pdb"]["shard_chars"]) for stage_dir in ENTRY_STAGE_DIRS}
+    chars[MSA_STAGE_DIR] = int(msa_chars)
+    return chars
+
+
+def prune_workflow(repo: str | os.PathLike[str], config: Mapping[str, Any], dry_run: bool = False
+                   ) -> dict[str, PruneReport]:
+    """:func:`prune_stale_manifests` for the four stages of ``config``, under ``repo``."""
+    return {stage_dir: prune_stale_manifests(Path(repo) / stage_dir / "shards", chars, dry_run)
+            for stage_dir, chars in current_key_chars(config).items()}
+
+
+def summary(reports: Mapping[str, PruneReport]) -> str:
+    """One line per stage directory that had old-length manifests."""
+    lines = []
+    for stage_dir, report in reports.items():
+        if report.removed or report.kept:
+            kept = ", ".join(f"{path.name} ({n} item{'' if n == 1 else 's'} not yet under the current keys)"
+                             for path, n in report.kept.items())
+            lines.append(f"{stage_dir}/shards: removed {len(report.removed)} manifest(s) of an old key length"
+                         + (f"; kept {kept}" if kept else ""))
+    return "\n".join(lines)
