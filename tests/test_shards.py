@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO_ROOT
 from foldworks.shards import (ALL_ENTRIES_KEY, SHORT_KEY_ENTRY_LIMITS, Row, entry_shard, file_sha256, fetch_attempt_token, group_entries,
                               read_attempt, read_manifest, sequence_shard, shard_size_note, write_manifest)
 from foldworks.shards.__main__ import main as shard_main
 from foldworks.shards.prune import current_key_chars, prune_stale_manifests, summary
+from foldworks.shards.prune import main as prune_main
 from foldworks.shards.run import partial_path, run_items, state_path
 from foldworks.shards.run import Plan
 from foldworks.shards.stages.fetch import shard_source_stamp, source_fingerprint
@@ -315,3 +317,24 @@ def test_fetch_after_prune_refetches_nothing(tmp_path, pdb_mirror):
     assert prune_stale_manifests(shards, 1).removed == [shards / "cr.tsv"]
     assert _fetch(tmp_path, pdb_mirror, "c", ["1crn", "1cyo"]) == 0
     assert record.stat().st_mtime_ns == before, "1crn was refetched after the prune"
+
+
+def test_prune_cli_follows_the_workflow_config(tmp_path, capsys):
+    """The demo config (entry key `all`, 1-character msa keys): by hand, with and without --dry-run."""
+    for name in ("config/config.yaml", "workflow/schemas/config.schema.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, tmp_path / name)
+    raw, msa = tmp_path / "data/raw/shards", tmp_path / "data/msa/shards"
+    write_manifest(raw / "all.tsv", _rows("1crn", "1aki"))
+    write_manifest(raw / "cr.tsv", _rows("1crn"))
+    write_manifest(raw / "zz.tsv", _rows("1zzz"))
+    seq_hash = "0a" + "1" * 18
+    write_manifest(msa / "0.tsv", _rows(seq_hash))
+    write_manifest(msa / "0a.tsv", _rows(seq_hash))
+    assert prune_main(["--repo", str(tmp_path), "--dry-run"]) == 0
+    assert "would remove 1 manifest(s)" in capsys.readouterr().out and (raw / "cr.tsv").exists()
+    assert prune_main(["--repo", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "data/raw/shards: removed 1 manifest(s)" in out and "zz.tsv (1 item not" in out
+    assert "data/msa/shards: removed 1 manifest(s)" in out
+    assert sorted(p.name for p in raw.iterdir()) == ["all.tsv", "zz.tsv"] and [p.name for p in msa.iterdir()] == ["0.tsv"]

@@ -9,15 +9,20 @@ never updated. :func:`prune_stale_manifests` removes an old-length manifest, and
 state and partial copies, only when **every** item in it is in a manifest of the current
 length, i.e. has been taken over; it keeps the others and says how many items are not yet
 covered. ``make push`` runs it for the four stages once the run is complete (``snakemake -n``
-has nothing to do), which is when every current-length shard job has run.
+has nothing to do), which is when every current-length shard job has run; by hand (safe at any
+time, since it removes only what has been taken over)::
+
+    python -m foldworks.shards.prune [--configfile my.yaml ...] [--dry-run]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from foldworks.shards import ALL_ENTRIES_KEY, read_manifest
 from foldworks.shards.run import partial_path, state_path
@@ -101,3 +106,28 @@ def summary(reports: Mapping[str, PruneReport]) -> str:
             lines.append(f"{stage_dir}/shards: removed {len(report.removed)} manifest(s) of an old key length"
                          + (f"; kept {kept}" if kept else ""))
     return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: prune the workflow's four ``shards/`` directories for the config Snakemake would use."""
+    from foldworks.repro.config import ConfigError, load_workflow_config
+
+    parser = argparse.ArgumentParser(prog="python -m foldworks.shards.prune", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", nargs="+", action="extend", default=[], type=Path,
+                        help="the workflow's --configfile files, in order")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="repository root")
+    parser.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    args = parser.parse_args(argv)
+    try:
+        config = load_workflow_config(args.repo, args.configfile)
+    except ConfigError as exc:
+        print(f"[prune] ERROR: {exc}", file=sys.stderr)
+        return 1
+    text = summary(prune_workflow(args.repo, config, args.dry_run))
+    print((text.replace("removed", "would remove") if args.dry_run else text)
+          or "[prune] no shard manifests of an old key length")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
