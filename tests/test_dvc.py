@@ -30,8 +30,7 @@ from foldworks.provenance import (_file_code_digest, code_digest_cache_dir, code
                                   provenance_record, sidecar_path, write_sidecars)
 from foldworks.repro import artifacts, check, snake
 from foldworks.repro.config import load_workflow_config
-from foldworks.shards import Row, group_entries, read_manifest, write_manifest
-from foldworks.shards.prune import key_chars
+from foldworks.shards import Row, group_entries, key_chars, read_manifest, write_manifest
 
 VENV = Path(sys.prefix)
 ENV = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",

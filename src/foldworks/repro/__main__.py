@@ -20,6 +20,7 @@ import argparse
 import shlex
 import subprocess
 import sys
+from typing import Any
 from pathlib import Path
 
 from foldworks.provenance import git_sha
@@ -35,10 +36,10 @@ class Refused(RuntimeError):
     """push/pull/check refuses; the message says why and what to do."""
 
 
-def provenance_findings(repo: Path, configfiles: list[Path], allow_missing: bool
+def provenance_findings(repo: Path, config: dict[str, Any], allow_missing: bool
                         ) -> tuple[list[check.Finding], list[check.Finding]]:
-    """All findings and the blocking ones, for the config the workflow would use."""
-    config = load_workflow_config(repo, configfiles)
+    """All findings and the blocking ones, for the config the workflow would use
+    (:func:`load_workflow_config`)."""
     findings = check.check_artifacts(repo, config)
     return findings, check.problems_of(findings, allow_missing)
 
@@ -49,7 +50,7 @@ def forcerun_hint(problems: list[check.Finding]) -> str:
 
 
 def cmd_check(repo: Path, args: argparse.Namespace) -> None:
-    findings, problems = provenance_findings(repo, args.configfile, args.allow_missing)
+    findings, problems = provenance_findings(repo, load_workflow_config(repo, args.configfile), args.allow_missing)
     print(check.format_findings(findings, git_sha(repo), verbose=args.verbose))
     if problems:
         raise Refused(f"{len(problems)} artifact(s) do not match this checkout's code and config")
@@ -60,13 +61,14 @@ def cmd_push(repo: Path, args: argparse.Namespace, smk: list[str]) -> None:
     if not plan.nothing_to_do:
         raise Refused(f"the run is not complete: snakemake -n would still run {plan.total} jobs "
                       f"({plan.summary()}). Finish it first; pushing now would record stale or partial results.")
-    findings, problems = provenance_findings(repo, args.configfile, args.allow_missing)
+    config = load_workflow_config(repo, args.configfile)
+    findings, problems = provenance_findings(repo, config, args.allow_missing)
     print(check.format_findings(findings, git_sha(repo)))
     if problems:
         raise Refused("refusing to push: the artifacts above do not match this checkout "
                       f"(rerun them: {forcerun_hint(problems)})")
     # every current-length shard job has run (nothing to do): old-length manifests can go
-    pruned = prune.summary(prune.prune_workflow(repo, load_workflow_config(repo, args.configfile)))
+    pruned = prune.summary(prune.prune_workflow(repo, config))
     if pruned:
         print("[push] " + pruned.replace("\n", "\n[push] "))
     groups = artifacts.present_groups(repo)
@@ -92,7 +94,7 @@ def cmd_push(repo: Path, args: argparse.Namespace, smk: list[str]) -> None:
 def cmd_pull(repo: Path, args: argparse.Namespace, smk: list[str]) -> None:
     groups = artifacts.pull(repo, args.remote)
     print(f"[pull] {len(groups)} artifact groups pulled from {artifacts.remote_url(repo, args.remote)}")
-    findings, problems = provenance_findings(repo, args.configfile, args.allow_missing)
+    findings, problems = provenance_findings(repo, load_workflow_config(repo, args.configfile), args.allow_missing)
     print(check.format_findings(findings, git_sha(repo)))
     if problems:
         raise Refused(

@@ -57,6 +57,11 @@ def entry_key(entry: str, chars: int) -> str:
     return entry[1:1 + chars] if chars else ALL_ENTRIES_KEY
 
 
+def key_chars(key: str) -> int:
+    """Length of a shard key (entry or msa): 0 for the one-shard key :data:`ALL_ENTRIES_KEY`."""
+    return 0 if key == ALL_ENTRIES_KEY else len(key)
+
+
 def _check_entry_chars(chars: int) -> None:
     if chars not in (0, 1, 2):
         raise ValueError(f"entry shard characters must be 0, 1 or 2, not {chars!r}")

@@ -20,7 +20,7 @@ import sys
 from typing import Sequence
 
 from foldworks.logutil import setup_logging
-from foldworks.shards import ALL_ENTRIES_KEY, entry_key, stamp_of
+from foldworks.shards import ALL_ENTRIES_KEY, entry_key, key_chars, stamp_of
 from foldworks.shards.stages.features import features_planner
 from foldworks.shards.stages.fetch import fetch_plan
 from foldworks.shards.stages.msa import hhblits_planner, mmseqs_planner, remove_work_dir
@@ -62,7 +62,7 @@ def _items(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[st
     items = [item for item in args.items.split(",") if item]
     if args.stage == "msa" and any(not item.startswith(args.key) for item in items):
         parser.error(f"msa shard {args.key}: every sequence hash must start with the key")
-    chars = 0 if args.key == ALL_ENTRIES_KEY else len(args.key)
+    chars = key_chars(args.key)
     if args.stage in ("fetch", "parse") and (args.key == "" or chars > 2
                                              or any(entry_key(item, chars) != args.key for item in items)):
         parser.error(f"{args.stage} shard {args.key}: the key must be {ALL_ENTRIES_KEY!r} or 1-2 characters"

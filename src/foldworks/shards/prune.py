@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from foldworks.shards import ALL_ENTRIES_KEY, read_manifest
-from foldworks.shards.run import partial_path, state_path
+from foldworks.shards import key_chars, read_manifest
+from foldworks.shards.run import manifests_in, partial_path, state_path
 
 #: Stage directories (``data/<stage>``, manifests in ``shards/``) and what keys their shards.
 ENTRY_STAGE_DIRS = ("data/raw", "data/parsed", "data/features")
@@ -41,32 +41,14 @@ class PruneReport:
     kept: dict[Path, int] = field(default_factory=dict)
 
 
-def key_chars(key: str) -> int:
-    """Key length of a shard key: 0 for the one-shard key ``all``."""
-    return 0 if key == ALL_ENTRIES_KEY else len(key)
-
-
-def _manifests(shards_dir: Path) -> list[Path]:
-    try:
-        names = sorted(entry.name for entry in os.scandir(shards_dir))
-    except FileNotFoundError:
-        return []
-    return [shards_dir / name for name in names if name.endswith(".tsv") and not name.startswith(".")]
-
-
 def prune_stale_manifests(shards_dir: str | os.PathLike[str], chars: int, dry_run: bool = False) -> PruneReport:
     """Remove the manifests in ``shards_dir`` whose key length is not ``chars`` (0: ``all``) and
     whose every item is in a manifest of length ``chars``; ``dry_run``: only report."""
-    directory = Path(shards_dir)
-    manifests = _manifests(directory)
-    current = [path for path in manifests if key_chars(path.stem) == chars]
-    covered: set[str] = set()
-    for path in current:
-        covered.update(read_manifest(path))
+    manifests = manifests_in(shards_dir)
+    old = [path for path in manifests if key_chars(path.stem) != chars]
+    covered = {item for path in manifests if key_chars(path.stem) == chars for item in read_manifest(path)}
     report = PruneReport()
-    for path in manifests:
-        if key_chars(path.stem) == chars:
-            continue
+    for path in old:
         missing = sum(item not in covered for item in read_manifest(path))
         if missing:
             report.kept[path] = missing
@@ -96,14 +78,15 @@ def prune_workflow(repo: str | os.PathLike[str], config: Mapping[str, Any], dry_
             for stage_dir, chars in current_key_chars(config).items()}
 
 
-def summary(reports: Mapping[str, PruneReport]) -> str:
+def summary(reports: Mapping[str, PruneReport], dry_run: bool = False) -> str:
     """One line per stage directory that had old-length manifests."""
+    verb = "would remove" if dry_run else "removed"
     lines = []
     for stage_dir, report in reports.items():
         if report.removed or report.kept:
             kept = ", ".join(f"{path.name} ({n} item{'' if n == 1 else 's'} not yet under the current keys)"
                              for path, n in report.kept.items())
-            lines.append(f"{stage_dir}/shards: removed {len(report.removed)} manifest(s) of an old key length"
+            lines.append(f"{stage_dir}/shards: {verb} {len(report.removed)} manifest(s) of an old key length"
                          + (f"; kept {kept}" if kept else ""))
     return "\n".join(lines)
 
@@ -123,9 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"[prune] ERROR: {exc}", file=sys.stderr)
         return 1
-    text = summary(prune_workflow(args.repo, config, args.dry_run))
-    print((text.replace("removed", "would remove") if args.dry_run else text)
-          or "[prune] no shard manifests of an old key length")
+    text = summary(prune_workflow(args.repo, config, args.dry_run), args.dry_run)
+    print(text or "[prune] no shard manifests of an old key length")
     return 0
 
 

@@ -78,14 +78,18 @@ def other_width_manifests(manifest: str | Path) -> list[Path]:
     computed under the old keys (each row is still checked against its input digest, stamp and
     outputs) instead of recomputing every entry and alignment."""
     path = Path(manifest)
-    key = path.stem
+    return [other for other in manifests_in(path.parent) if other != path and _related(path.stem, other.stem)]
+
+
+def manifests_in(shards_dir: str | Path) -> list[Path]:
+    """The shard manifests ``<key>.tsv`` in a ``shards/`` directory, sorted by name (not the hidden
+    state and partial copies); none if it does not exist."""
+    directory = Path(shards_dir)
     try:
-        names = [entry.name for entry in os.scandir(path.parent)]
+        names = sorted(entry.name for entry in os.scandir(directory))
     except FileNotFoundError:
         return []
-    return [path.parent / name for name in sorted(names)
-            if name.endswith(".tsv") and not name.startswith(".") and name != path.name
-            and _related(key, name[:-4])]
+    return [directory / name for name in names if name.endswith(".tsv") and not name.startswith(".")]
 
 
 def _related(key: str, other: str) -> bool:
