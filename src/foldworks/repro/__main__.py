@@ -20,8 +20,8 @@ import argparse
 import shlex
 import subprocess
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from foldworks.provenance import git_sha
 from foldworks.repro import artifacts, check, snake
