@@ -14,6 +14,7 @@ import torch
 
 from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER
+from foldworks.models.common import ideal_helix_ca
 from foldworks.models.openfold import all_atom, losses, rigid
 from foldworks.models.openfold import residue_constants as rc
 from foldworks.models.openfold import structure
@@ -289,6 +290,36 @@ def test_local_ca_fape_sees_handedness_but_not_far_pairs(chains) -> None:
     assert local(mirror, 1) < 2e-3
 
 
+def test_ca_local_geometry_loss_zero_invariant_chiral_and_finite_when_collapsed(chains) -> None:
+    """``w_ca_local``: Cα virtual bond angles of real chains are 80–150° and the ideal helix's dihedral is
+    +50°; the loss is 0 at the truth, blind to a global rigid motion, positive for the mirror image
+    (dihedrals flip, angles do not), and finite with a finite gradient on a collapsed (all-zero) chain."""
+    def local(pred_ca: torch.Tensor, batch: dict = chains) -> torch.Tensor:
+        return losses.ca_local_geometry_loss({"sm_frames_trans": pred_ca[:, None].float()}, batch)
+    ca = chains["ca_coords"].float()
+    angle, _ = losses.ca_internal_angles(ca)
+    ok = losses.consecutive_pairs(chains["residue_mask"], chains["residue_index"])
+    ok = ok[:, :-1] & ok[:, 1:]
+    degrees = torch.rad2deg(torch.atan2(angle[..., 1], angle[..., 0]))[ok]
+    assert ok.sum() > 50 and degrees.min() > 75 and degrees.max() < 155
+    dihedral = losses.ca_internal_angles(ideal_helix_ca(torch.arange(12)[None]).float())[1]
+    assert torch.allclose(torch.rad2deg(torch.atan2(dihedral[..., 1], dihedral[..., 0])),
+                          torch.tensor(50.0), atol=2.0)
+    assert float(local(ca)) < 1e-5
+    noisy = ca + 0.5 * torch.randn(ca.shape, generator=torch.Generator().manual_seed(7))
+    rot, shift = _global_transform(8)
+    assert abs(float(local(noisy @ rot.float().T + shift.float())) - float(local(noisy))) < 1e-4
+    assert float(local(noisy)) > 0.01
+    assert float(local(ca * torch.tensor([-1.0, 1.0, 1.0]))) > 0.2  # every turn in the wrong hand
+    collapsed = torch.zeros_like(ca, requires_grad=True)
+    value = local(collapsed)
+    value.backward()
+    assert 0.3 < value.item() <= 1.0 and torch.isfinite(collapsed.grad).all()
+    gapped = dict(chains)
+    gapped["residue_index"] = chains["residue_index"] * 2  # no consecutive residues: no window, loss 0
+    assert float(local(noisy, gapped)) == 0.0
+
+
 def test_ca_far_pair_loss_zero_at_truth_and_pushes_a_shrunk_chain_apart(chains) -> None:
     """``w_ca_far``: distances only (0 at the truth, its mirror image and any rigid motion), positive
     once far pairs (≥ 15 Å in the reference) come closer than 15 Å, with a gradient that expands."""
@@ -407,3 +438,26 @@ def test_structure_module_with_helix_init_is_invariant_and_identity_init_unchang
     assert ca.abs().max() < 1e-6
     with pytest.raises(ValueError, match="init_frames"):
         _structure_module("sheet")
+
+
+def test_detach_rotations_decides_whether_ca_terms_train_the_rotation_updates() -> None:
+    """Alg 20 line 20 (``detach_rotations=True``, AF2): a loss on the final Cα alone gives no gradient to
+    the quaternion part of the backbone update (each layer's translation is applied in the previous
+    layer's rotation, which is detached), so only frame losses train it. With ``False`` it does."""
+    length = 10
+    g = torch.Generator().manual_seed(4)
+    s, z = torch.randn(1, length, 16, generator=g), torch.randn(1, length, length, 8, generator=g)
+    aatype, mask = torch.zeros(1, length, dtype=torch.long), torch.ones(1, length, dtype=torch.bool)
+    grads = {}
+    for detach in (True, False):
+        torch.manual_seed(0)
+        sm = StructureModule(16, 8, n_layers=3, c_ipa=8, n_heads_ipa=2, n_qk_points=2, n_v_points=2,
+                             c_resnet=16, dropout=0.0, detach_rotations=detach)
+        torch.nn.init.normal_(sm.backbone_update.lin.weight, std=0.1)
+        torch.nn.init.normal_(sm.ipa.out.weight, std=0.1)
+        ca = sm(s, z, aatype, mask)["frames_trans"][:, -1]
+        (ca[:, 1:] - ca[:, :-1]).norm(dim=-1).sum().backward()
+        weight_grad = sm.backbone_update.lin.weight.grad
+        grads[detach] = (weight_grad[:3].abs().max().item(), weight_grad[3:].abs().max().item())  # quat, trans
+    assert grads[True][0] == 0.0 and grads[True][1] > 0.0
+    assert grads[False][0] > 1e-4 and grads[False][1] > 0.0

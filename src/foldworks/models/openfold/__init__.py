@@ -95,6 +95,13 @@ Simplified vs AF2/OpenFold, and why:
   chain length on val.
   ``n_struct_layers: 8`` (AF2's depth, supp. 1.8; the preset has 4) gave a 3-seed val mean lDDT-Cα
   +0.016, GDT-TS / TM within seed noise, and the ball stays (BENCHMARKS.md); the demo keeps 4.
+* **Optional local angle term** (``w_ca_local``, default 0; issue 14): 1 − a smooth fraction of Cα
+  virtual bond angles and dihedrals within 15/30/60/120° of the reference (``losses.ca_local_geometry_loss``),
+  chirality-aware and mode-seeking. **Optional** ``detach_rotations: false`` (default true = Alg 20
+  line 20): with the AF2 stop-gradient, Cα-only terms cannot train the rotation updates at all (each
+  translation is applied in the previous layer's detached rotation). Measured on the demo (1,000 steps,
+  BENCHMARKS.md "Local angles and the rotation stop-gradient"): neither, nor both, raises test GDT-TS /
+  TM or teaches the hand of a helix, so the demo leaves both off.
 * ``w_distogram`` 3.0 in the demo (AF2: 0.3): with the demo's single-sequence MSAs and 0.3 one
   seed in two stayed on the collapsed plateau for all 450 steps (val lDDT-Cα 0.11); with 3.0 three
   seeds out of three leave it (val 0.317 / 0.305 / 0.299), as msa_trunk's distogram weight (its module docstring).

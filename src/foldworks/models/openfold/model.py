@@ -67,9 +67,16 @@ _BASE: dict[str, Any] = {
     # Not in AF2 (0 = off): mean |d_pred − d_true| (Å / 10) over all resolved Cα pairs (losses.ca_distance_loss);
     # the one structure term whose gradient neither clamps nor vanishes for a collapsed ball (issue 14).
     "w_ca_dist": 0.0,
+    # Not in AF2 (0 = off): 1 − smooth fraction of Cα virtual bond angles / dihedrals within 15–120° of the
+    # reference (losses.ca_local_geometry_loss): chirality-aware, mode-seeking local term (issue 14).
+    "w_ca_local": 0.0,
     # Structure-module starting frames: "identity" (AF2's black hole, Alg 20 line 2) or "helix" (not in AF2:
     # an ideal α-helix along the chain, centred; structure.helix_frames; issue 14).
     "init_frames": "identity",
+    # Alg 20 line 20: stop the gradient of each layer's rotation into the next layer (AF2, True). False
+    # (not in AF2): Cα-only terms then train the rotation updates too, through the later layers'
+    # translations, which are applied in those frames (issue 14).
+    "detach_rotations": True,
     # Not in AF2 (False = off): add a learned linear function of log(number of residues present) to the
     # single representation entering the structure module, so it can size the fold by chain (crop) length;
     # with the attention normalised and relative positions clipped at ±32 nothing else tells it (issue 14).
@@ -118,7 +125,7 @@ class EvoformerModel(nn.Module):
         self.single = nn.Linear(c_m, c_s)
         self.structure = StructureModule(c_s, c_z, cfg["n_struct_layers"], cfg["c_ipa"], cfg["n_heads_ipa"],
                                          cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"],
-                                         cfg["init_frames"])
+                                         cfg["init_frames"], cfg["detach_rotations"])
         self.length_embed = nn.Linear(1, c_s) if cfg["length_signal"] else None
         self.distogram_head = DistogramHead(c_z)
         self.msa_head = MaskedMSAHead(c_m)
@@ -266,14 +273,16 @@ class EvoformerModel(nn.Module):
                       else ca_bond.new_zeros(()))
             ca_dist = (losses.ca_distance_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_dist"]
                        else ca_bond.new_zeros(()))
+            ca_local = (losses.ca_local_geometry_loss(outputs, batch) if cfg["w_ca_local"]
+                        else ca_bond.new_zeros(()))
             total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
                      + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_ca_fape"] * ca_fape
-                     + cfg["w_ca_far"] * ca_far + cfg["w_ca_dist"] * ca_dist)
+                     + cfg["w_ca_far"] * ca_far + cfg["w_ca_dist"] * ca_dist + cfg["w_ca_local"] * ca_local)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
                     "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond, "ca_fape_loss": ca_fape,
-                    "ca_far_loss": ca_far, "ca_dist_loss": ca_dist}
+                    "ca_far_loss": ca_far, "ca_dist_loss": ca_dist, "ca_local_loss": ca_local}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae

@@ -166,18 +166,20 @@ class StructureModule(nn.Module):
     and a chirality, and the output is no longer independent of where the chain starts (the helix
     runs along sequence position; IPA stays invariant to a global rigid motion of the starting frames).
     Rotations are detached between layers (Alg 20 line 20) so gradients flow into each update only
-    through its own rotation.
+    through its own rotation; then only losses on the frames themselves (FAPE, side chains) train the
+    rotation updates. ``detach_rotations=False`` (not in AF2) keeps the gradient, so terms on the Cα
+    alone also train them through the later layers' translations, which are applied in those frames.
     Returns per-layer frames (Å) and angles for the auxiliary losses, and the final all-atom
     structure from the torsion angles (Alg 24).
     """
 
     def __init__(self, c_s: int, c_z: int, n_layers: int = 8, c_ipa: int = 16, n_heads_ipa: int = 12,
                  n_qk_points: int = 4, n_v_points: int = 8, c_resnet: int = 128, dropout: float = 0.1,
-                 init_frames: str = "identity") -> None:
+                 init_frames: str = "identity", detach_rotations: bool = True) -> None:
         super().__init__()
         if init_frames not in INIT_FRAMES:
             raise ValueError(f"structure module: init_frames {init_frames!r} not one of {INIT_FRAMES}")
-        self.n_layers, self.init_frames = n_layers, init_frames
+        self.n_layers, self.init_frames, self.detach_rotations = n_layers, init_frames, detach_rotations
         self.norm_s, self.norm_z = nn.LayerNorm(c_s), nn.LayerNorm(c_z)
         self.lin_in = nn.Linear(c_s, c_s)
         self.ipa = InvariantPointAttention(c_s, c_z, c_ipa, n_heads_ipa, n_qk_points, n_v_points)
@@ -215,7 +217,7 @@ class StructureModule(nn.Module):
                 trans.append(frames[1] * POSITION_SCALE)
                 angles.append(norm)
                 unnorm.append(raw)
-                if layer < self.n_layers - 1:
+                if layer < self.n_layers - 1 and self.detach_rotations:
                     frames = (frames[0].detach(), frames[1])
             final = (rots[-1], trans[-1])
             groups = all_atom.torsion_angles_to_frames(final, angles[-1], aatype)
