@@ -14,7 +14,7 @@ import torch
 
 from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER
-from foldworks.models.common import ideal_helix_ca
+from foldworks.models.common import consecutive_pairs, ideal_helix_ca
 from foldworks.models.openfold import all_atom, losses, rigid
 from foldworks.models.openfold import residue_constants as rc
 from foldworks.models.openfold import structure
@@ -298,7 +298,7 @@ def test_ca_local_geometry_loss_zero_invariant_chiral_and_finite_when_collapsed(
         return losses.ca_local_geometry_loss({"sm_frames_trans": pred_ca[:, None].float()}, batch)
     ca = chains["ca_coords"].float()
     angle, _ = losses.ca_internal_angles(ca)
-    ok = losses.consecutive_pairs(chains["residue_mask"], chains["residue_index"])
+    ok = consecutive_pairs(chains["residue_mask"], chains["residue_index"])
     ok = ok[:, :-1] & ok[:, 1:]
     degrees = torch.rad2deg(torch.atan2(angle[..., 1], angle[..., 0]))[ok]
     assert ok.sum() > 50 and degrees.min() > 75 and degrees.max() < 155
