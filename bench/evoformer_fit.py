@@ -6,9 +6,10 @@
 writes and ``evaluate --train-out`` scores), ``HELIX.tsv`` the helix baseline's table for the same
 split (``results/metrics/train/baseline.tsv`` covers every train chain). Only targets in both are
 compared. Prints a markdown table of lDDT-Cα, GDT-TS and TM-score (model / helix) per target, then
-the means and how many targets the model wins on each score. If a model cannot beat an ideal helix
-on its own training chains, its test-split deficit is one of fit (steps, size), not of what the
-sequences carry (issue 14, BENCHMARKS.md "Fitting the training chains").
+the means and how many targets the model wins on each score. A model that cannot beat an ideal
+helix on its own training chains has not fitted them; one that beats it there and still loses on
+test has learnt something that does not transfer (issue 14, BENCHMARKS.md "Fitting the training
+chains").
 """
 
 from __future__ import annotations
