@@ -18,13 +18,15 @@ import argparse
 
 import pandas as pd
 
+from foldworks.report.summary import read_metric_table
+
 SCORES = ("lddt_ca", "gdt_ts", "tm_score")
 
 
 def paired(model: pd.DataFrame, helix: pd.DataFrame) -> pd.DataFrame:
     """Rows of both tables on common targets: ``{score}_model`` and ``{score}_helix`` columns."""
-    cols = ["target", "length", *SCORES]
-    return model[cols].merge(helix[cols], on=["target", "length"], suffixes=("_model", "_helix"))
+    cols = ["target", *SCORES]
+    return model[["length", *cols]].merge(helix[cols], on="target", suffixes=("_model", "_helix"))
 
 
 def summary_lines(both: pd.DataFrame, label: str) -> list[str]:
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("helix", help="evaluate-stage metrics TSV of the helix baseline")
     parser.add_argument("--label", default="train", help="split name for the mean row")
     args = parser.parse_args(argv)
-    both = paired(pd.read_csv(args.model, sep="\t"), pd.read_csv(args.helix, sep="\t"))
+    both = paired(read_metric_table(args.model), read_metric_table(args.helix))
     if both.empty:
         raise SystemExit(f"no target is in both {args.model} and {args.helix}")
     print("\n".join(summary_lines(both, args.label)))
