@@ -69,13 +69,14 @@ def draw_clusters(rng: np.random.Generator, n_rows: int, n_clusters: int) -> tup
     return order[:chosen], rng.permutation(order[chosen:])
 
 
-def bert_probabilities(msa: np.ndarray, profile: np.ndarray, uniform_prob: float = 0.1,
+def bert_probabilities(tokens: np.ndarray, profile: np.ndarray, uniform_prob: float = 0.1,
                        profile_prob: float = 0.1, same_prob: float = 0.1) -> np.ndarray:
-    """Replacement distribution ``[S, L, 23]`` of masked positions (supp. 1.2.7): uniform over the
-    20 amino acids, the MSA ``profile [L, 22]``, the unchanged token, and the rest on the mask token."""
+    """Replacement distribution ``[..., 23]`` of masked positions holding ``tokens [...]`` whose MSA
+    column profiles are ``profile [..., 22]`` (supp. 1.2.7): uniform over the 20 amino acids, the
+    profile, the unchanged token, and the remaining probability on the mask token."""
     uniform = np.concatenate([np.full(20, 0.05), [0.0, 0.0]])
-    same = (msa[..., None] == np.arange(22)).astype(np.float64)
-    probs = uniform_prob * uniform + profile_prob * profile.astype(np.float64)[None] + same_prob * same
+    same = (np.asarray(tokens)[..., None] == np.arange(22)).astype(np.float64)
+    probs = uniform_prob * uniform + profile_prob * profile.astype(np.float64) + same_prob * same
     mask_prob = np.full(probs.shape[:-1] + (1,), 1.0 - uniform_prob - profile_prob - same_prob)
     return np.concatenate([probs, mask_prob], axis=-1)
 
@@ -83,12 +84,17 @@ def bert_probabilities(msa: np.ndarray, profile: np.ndarray, uniform_prob: float
 def draw_bert(rng: np.random.Generator, msa: np.ndarray, profile: np.ndarray, replace_fraction: float = 0.15,
               uniform_prob: float = 0.1, profile_prob: float = 0.1,
               same_prob: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-    """``(bert_mask [S, L] bool, bert_tokens [S, L])`` for the centre rows ``msa [S, L]``: each
-    position masked with probability ``replace_fraction``; tokens from :func:`bert_probabilities`."""
+    """``(bert_mask [S, L] bool, bert_tokens [S, L])`` for the centre rows ``msa [S, L]`` with column
+    profile ``profile [L, 22]``: each position masked with probability ``replace_fraction``; its
+    token drawn from :func:`bert_probabilities` (unmasked positions keep their token)."""
     mask = rng.random(msa.shape) < replace_fraction
-    cumulative = np.cumsum(bert_probabilities(msa, profile, uniform_prob, profile_prob, same_prob), axis=-1)
-    u = rng.random(msa.shape)[..., None] * cumulative[..., -1:]
-    tokens = np.minimum((u >= cumulative).sum(axis=-1), MASK_TOKEN).astype(np.int64)
+    u = rng.random(msa.shape)  # drawn for every position so the stream does not depend on the mask
+    rows, cols = np.nonzero(mask)
+    cumulative = np.cumsum(bert_probabilities(msa[rows, cols], profile[cols], uniform_prob, profile_prob,
+                                              same_prob), axis=-1)
+    picked = ((u[rows, cols] * cumulative[:, -1])[:, None] >= cumulative).sum(axis=-1)
+    tokens = np.asarray(msa, np.int64).copy()
+    tokens[rows, cols] = np.minimum(picked, MASK_TOKEN)
     return mask, tokens
 
 
