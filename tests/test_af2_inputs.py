@@ -9,6 +9,7 @@ out the same (integers exactly, floats to 1e-6).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -225,3 +226,45 @@ def test_bad_inputs_name_the_chain() -> None:
         Af2DataConfig.from_mapping({"max_msa_cluster": 3})
     with pytest.raises(ValueError, match="leaves no MSA cluster"):
         Af2DataConfig(max_msa_clusters=4, max_templates=4)
+
+
+def _write_feature_files(tmp_path: Path) -> list[tuple[str, Path]]:
+    targets = []
+    for i, (target, length) in enumerate([("1abc_A", 30), ("2xyz_B", 22)]):
+        chain = _synthetic_chain(n_rows=25, length=length, seed=i)
+        path = tmp_path / f"{target}.npz"
+        np.savez(path, aatype=chain.aatype, msa=chain.msa.astype(np.int8), deletion_matrix=chain.deletion_matrix,
+                 residue_mask=chain.residue_mask, atom_positions=chain.all_atom_positions,
+                 atom_mask=chain.all_atom_mask.astype(bool), target=np.asarray(target))
+        targets.append((target, path))
+    return targets
+
+
+def test_af2_dataset_and_collate(tmp_path: Path) -> None:
+    import pandas as pd
+    import torch
+
+    from foldworks.train.data import Af2ChainDataset, Af2FeatureDataModule, ChainDataset, collate_af2
+
+    targets = _write_feature_files(tmp_path)
+    cfg = Af2DataConfig(max_msa_clusters=8, max_extra_msa=12, max_templates=2, num_recycle=1, crop_size=24)
+    train = Af2ChainDataset(targets, cfg, seed=3, train=True)
+    item = train[(0, 5, 0)]
+    assert item["msa_feat"].shape == (2, 6, 24, 49) and item["template_mask"].sum() == 0  # cache has no templates
+    assert all(np.array_equal(item[k], train[(0, 5, 0)][k]) for k in item)  # resume redraws the same item
+    assert not np.array_equal(item["bert_mask"], train[(1, 5, 0)]["bert_mask"])
+    val = Af2ChainDataset(targets, dataclasses.replace(cfg, crop_size=None), seed=3, train=False)
+    assert val[(0, 0)]["aatype"].shape == (2, 30)
+    batch = collate_af2([item, train[(0, 6, 1)]])  # 24-residue crop + a 22-residue chain
+    assert batch["msa_feat"].shape == (2, 2, 6, 24, 49) and batch["aatype"].dtype == torch.long
+    assert batch["seq_mask"][1, :, 22:].sum() == 0 and batch["seq_mask"][1, :, :22].all()
+    assert batch["template_all_atom_positions"].shape == (2, 2, 2, 24, 37, 3)
+
+    chains = pd.DataFrame({"entry": ["1abc", "2xyz"], "chain": ["A", "B"], "split": ["train", "val"],
+                           "length": [30, 22]})
+    chains.to_parquet(tmp_path / "chains.parquet")
+    module = Af2FeatureDataModule(tmp_path / "chains.parquet", tmp_path, {"sampler": "uniform"}, seed=3,
+                                  af2_config=cfg)
+    loader = module._loader(ChainDataset(module.val_targets, None, 4, 3, False), [[(0, 0)]])
+    batch = next(iter(loader))
+    assert batch["msa_feat"].shape == (1, 2, 6, 22, 49)
