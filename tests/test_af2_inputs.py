@@ -226,6 +226,16 @@ def test_bad_inputs_name_the_chain() -> None:
         Af2DataConfig.from_mapping({"max_msa_cluster": 3})
     with pytest.raises(ValueError, match="leaves no MSA cluster"):
         Af2DataConfig(max_msa_clusters=4, max_templates=4)
+    with pytest.raises(Af2InputError, match="1abc_A: msa tokens"):
+        Af2Chain("1abc_A", chain.aatype, chain.msa + 1, chain.deletion_matrix, chain.residue_index,
+                 chain.between_segment_residues)
+
+
+def test_single_sequence_chain_has_no_extra_rows() -> None:
+    chain = _synthetic_chain(n_rows=1, length=15)
+    cfg = Af2DataConfig(max_msa_clusters=6, max_extra_msa=4, max_templates=2, num_recycle=1, crop_size=10)
+    ex = make_af2_example(chain, cfg, seed=0, sample=0, train=True)
+    assert ex["msa_row_mask"].sum(-1).tolist() == [1.0, 1.0] and ex["extra_msa_mask"].sum() == 0
 
 
 def _write_feature_files(tmp_path: Path) -> list[tuple[str, Path]]:

@@ -65,7 +65,11 @@ class Af2DataConfig:
         """Settings of an AF2 ``config`` dict: its ``data`` section (or ``full_config.data``) for
         ``mode`` ``"eval"`` / ``"train"``; a top-level ``crop`` sets ``crop_size``."""
         data = config.get("full_config", config)["data"]
+        if mode not in data:
+            raise ValueError(f"AF2 config has no data.{mode} section")
         common, stage = data["common"], data[mode]
+        if not common.get("msa_cluster_features", True):
+            raise ValueError("AF2 config data.common.msa_cluster_features = false is not supported")
         masked = common["masked_msa"]
         return cls(
             max_msa_clusters=int(stage["max_msa_clusters"]), max_extra_msa=int(common["max_extra_msa"]),

@@ -64,6 +64,10 @@ class Af2Chain:
         if self.deletion_matrix.shape != self.msa.shape:
             raise Af2InputError(f"{self.name}: deletion_matrix has shape {self.deletion_matrix.shape}, "
                                 f"msa {self.msa.shape}")
+        if self.msa.size and (self.msa.min() < 0 or self.msa.max() > tx.MASK_TOKEN - 1):
+            raise Af2InputError(f"{self.name}: msa tokens outside 0..21")
+        if length and (self.aatype.min() < 0 or self.aatype.max() > 20):
+            raise Af2InputError(f"{self.name}: aatype outside 0..20")
         for key, value in (("residue_index", self.residue_index),
                            ("between_segment_residues", self.between_segment_residues)):
             if value.shape != (length,):
