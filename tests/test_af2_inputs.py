@@ -101,6 +101,20 @@ def test_processing_matches_af2_given_its_draws(case: Path) -> None:
             assert np.abs(out["msa_feat"][..., 25:48] - centre).max() > 0.1
 
 
+@pytest.mark.af2_parity
+@pytest.mark.parametrize("case", _case_params())
+def test_drawn_example_has_af2_layout(case: Path) -> None:
+    cfg, chain, ref = _load_case(case)
+    ex = make_af2_example(chain, cfg, seed=0, sample=0, train=False)
+    assert set(ex) == set(ref)
+    for key, expected in ref.items():
+        assert ex[key].shape == expected.shape and ex[key].dtype == expected.dtype, key
+    for key in ("aatype", "target_feat", "residue_index", "seq_mask", "msa_row_mask", "extra_msa_row_mask",
+                "residx_atom14_to_atom37", "atom37_atom_exists", *(k for k in ref if k.startswith("template_"))):
+        np.testing.assert_array_equal(ex[key], ref[key], err_msg=key)  # independent of the draws
+    np.testing.assert_array_equal(ex["true_msa"][:, 0], ref["true_msa"][:, 0])  # the query is cluster 0
+
+
 def _synthetic_chain(n_rows: int = 40, length: int = 30, seed: int = 0, templates: bool = False) -> Af2Chain:
     rng = np.random.default_rng(seed)
     msa = rng.integers(0, 22, size=(n_rows, length))
