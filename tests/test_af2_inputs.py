@@ -292,3 +292,22 @@ def test_af2_dataset_and_collate(tmp_path: Path) -> None:
     loader = module._loader(ChainDataset(module.val_targets, None, 4, 3, False), [[(0, 0)]])
     batch = next(iter(loader))
     assert batch["msa_feat"].shape == (1, 2, 6, 22, 49)
+
+
+def test_editing_af2_processing_does_not_rebuild_feature_files(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    from conftest import REPO_ROOT
+    from foldworks.provenance import code_hash
+
+    package = tmp_path / "foldworks"
+    shutil.copytree(REPO_ROOT / "src" / "foldworks", package, ignore=shutil.ignore_patterns("__pycache__"))
+    rule = (REPO_ROOT / "workflow" / "rules" / "features.smk").read_text(encoding="utf-8")
+    parts = tuple(re.findall(r'"([^"]+)"', re.search(r"code=code_hash\(([^)]*)\)", rule).group(1)))
+    before = code_hash(*parts, root=package)
+    for module, rebuilds in (("features/af2/transforms.py", False), ("features/build.py", True)):
+        with (package / module).open("a", encoding="utf-8") as handle:
+            handle.write("\n_EDITED = True\n")
+        code_hash.cache_clear()
+        assert (code_hash(*parts, root=package) != before) == rebuilds, module
