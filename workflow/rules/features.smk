@@ -32,8 +32,9 @@ rule features:
         ),
         # The per-item stamps hash the stage's code and its planner (shards/stages/features.py), not the shard
         # bookkeeping (manifests, keys, the item loop: shards/__init__, run, __main__), whose edits
-        # change no per-item output and would otherwise recompute every item of the PDB.
-        code=code_hash("features", "msa/a3m", "shards/stages/common", "shards/stages/features"),
+        # change no per-item output and would otherwise recompute every item of the PDB; nor
+        # features/af2 (AlphaFold2's input processing, run at training time from these files).
+        code=code_hash("features/__init__", "features/__main__", "features/build", "msa/a3m", "shards/stages/common", "shards/stages/features"),
     conda:
         "../../envs/python.yaml"
     log:

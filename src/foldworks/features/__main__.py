@@ -2,7 +2,7 @@
 
     python -m foldworks.features --parsed data/parsed/1aki.npz --chain A \\
         --a3m data/msa/ab/<hash>.a3m --target 1aki_A --out data/features/1aki_A.npz \\
-        --params '{"max_msa_rows": 256, "seed": 0, "allow_single_sequence_fallback": false}' \\
+        --params '{"max_msa_rows": 5632, "seed": 0, "allow_single_sequence_fallback": false}' \\
         --failure-record data/failures/features/1aki_A.json
 
 A refused target (its MSA failed and fallback is off, or any other inconsistency) exits with
@@ -19,12 +19,12 @@ from typing import Sequence
 
 from foldworks import fsutil
 from foldworks.failures import write_failure
-from foldworks.features.build import build_features, load_chain_arrays
+from foldworks.features.build import DEFAULT_MAX_MSA_ROWS, build_features, load_chain_arrays
 from foldworks.ids import validate_chain
 from foldworks.logutil import setup_logging
 
 LOG = logging.getLogger("foldworks.features")
-DEFAULT_PARAMS = {"max_msa_rows": 256, "seed": 0, "allow_single_sequence_fallback": False}
+DEFAULT_PARAMS = {"max_msa_rows": DEFAULT_MAX_MSA_ROWS, "seed": 0, "allow_single_sequence_fallback": False}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

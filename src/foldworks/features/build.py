@@ -30,6 +30,8 @@ FEATURE_KEYS: tuple[str, ...] = (
     "aatype", "msa", "deletion_matrix", "residue_mask", "atom_positions", "atom_mask",
     "target", "sequence", "sequence_hash", "msa_source",
 )
+#: Default MSA row cap: enough rows for AlphaFold2's 512 cluster centres + 5,120 extra rows.
+DEFAULT_MAX_MSA_ROWS: int = 512 + 5120
 #: ``msa_source`` of features built without an alignment (the a3m search failed).
 FALLBACK_SOURCE = "single_sequence_fallback"
 #: Per-chain arrays read from the parsed npz (``"{chain}/<name>"``).
@@ -133,7 +135,7 @@ def subsample_rows(n_rows: int, max_rows: int, seed: int, seq_hash: str) -> np.n
 
 
 def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str | None, target: str,
-                   max_msa_rows: int = 256, seed: int = 0,
+                   max_msa_rows: int = DEFAULT_MAX_MSA_ROWS, seed: int = 0,
                    allow_fallback: bool = False) -> dict[str, np.ndarray]:
     """Feature arrays of one chain (keys :data:`FEATURE_KEYS`, dtypes as DATA_FORMATS.md §5).
 

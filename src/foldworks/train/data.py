@@ -9,6 +9,7 @@ Training crops and MSA subsamples are a pure function of ``(seed, epoch, slot)``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import signal
@@ -22,6 +23,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from foldworks.constants import CA_INDEX
+from foldworks.features.af2 import Af2DataConfig, chain_from_feature_cache, make_af2_example
+from foldworks.features.af2.pipeline import RESIDUE_AXIS
 from foldworks.ids import target_id
 from foldworks.train.sampling import TrainBatchSampler, ValBatchSampler
 
@@ -280,3 +283,69 @@ class FeatureDataModule(L.LightningDataModule):
         if int(state.get("world_size", world)) != world:
             log.warning("resuming on %d ranks from a checkpoint written by %d: the remaining batches are "
                         "dealt differently than in an uninterrupted run", world, state["world_size"])
+
+
+def af2_sample_id(epoch: int, slot: int) -> int:
+    """One non-negative sample number per ``(epoch, slot)`` for the AF2 draw streams."""
+    return (int(epoch) << 32) | int(slot)
+
+
+class Af2ChainDataset(ChainDataset):
+    """Chains as AlphaFold2 feature batches (:func:`foldworks.features.af2.make_af2_example`), keyed
+    like :class:`ChainDataset`. Training items: crop (``cfg.crop_size``), block deletion and MSA draws
+    from ``(seed, epoch, slot)``; validation items: whole chains, draws from ``(seed, 0, index)``.
+    Every array is ``[R, ...]`` (recycles first)."""
+
+    def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool) -> None:
+        super().__init__(targets, af2_config.crop_size, af2_config.num_clusters + af2_config.max_extra_msa, seed, train,
+                         af2_config.spatial_crop_prob)
+        self.af2_config = af2_config
+
+    def __getitem__(self, key: tuple[int, ...]) -> dict[str, np.ndarray]:
+        epoch, slot, index = key if len(key) == 3 else (key[0], key[1], key[1])
+        target, path = self.targets[index]
+        try:
+            chain = chain_from_feature_cache(load_feature_file(path), name=target)
+        except Exception as exc:  # name the target in the error
+            raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
+        sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
+        return make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
+
+
+def collate_af2(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+    """Stack AF2 examples to ``[B, R, ...]``, zero-padding the residue axis to the longest chain
+    (padding has ``seq_mask`` 0, as AF2's fixed-size padding); integer arrays become ``torch.long``."""
+    length = max(int(e["aatype"].shape[1]) for e in examples)
+    batch = {}
+    for key in examples[0]:
+        arrays = []
+        for e in examples:
+            value = e[key]
+            if key in RESIDUE_AXIS:
+                axis = RESIDUE_AXIS[key] + 1
+                widths = [(0, 0)] * value.ndim
+                widths[axis] = (0, length - value.shape[axis])
+                value = np.pad(value, widths)
+            arrays.append(value)
+        stacked = torch.from_numpy(np.stack(arrays))
+        batch[key] = stacked.long() if not stacked.is_floating_point() else stacked.float()
+    return batch
+
+
+class Af2FeatureDataModule(FeatureDataModule):
+    """:class:`FeatureDataModule` whose loaders yield AF2 batches (:class:`Af2ChainDataset`,
+    :func:`collate_af2`); ``af2_config`` is a :class:`foldworks.features.af2.Af2DataConfig`. Crop
+    size and spatial-crop probability come from the data config as for the other families."""
+
+    def __init__(self, *args: Any, af2_config: Af2DataConfig, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.af2_config = af2_config
+
+    def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
+        cfg = dataclasses.replace(self.af2_config, crop_size=dataset.crop_size if dataset.train else None,
+                      spatial_crop_prob=dataset.spatial_crop_prob)
+        af2 = Af2ChainDataset(dataset.targets, cfg, dataset.seed, dataset.train)
+        return DataLoader(af2, batch_sampler=batch_sampler, collate_fn=collate_af2, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
+                          generator=torch.Generator().manual_seed(self.seed),
+                          pin_memory=torch.cuda.is_available())
