@@ -66,7 +66,7 @@ def require_tool(name: str) -> str:
     """Return the path of an external tool; fail (not skip) if `make test` set-up did not install it."""
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh)")
+        pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh, ensure_testtools.sh)")
     return found
 
 
