@@ -126,3 +126,30 @@ def test_demo_sets_up_only_the_workflow_tools_and_test_sets_up_both():
     assert "ensure_tools.sh" in dry.stdout and "ensure_testtools" not in dry.stdout
     dry = subprocess.run(["make", "-n", "test"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert "ensure_tools.sh" in dry.stdout and "ensure_testtools.sh" in dry.stdout
+
+
+def test_citation_file_matches_the_package():
+    import tomllib
+
+    import yaml
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    cff = yaml.safe_load((REPO_ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["message"] and cff["title"] == project["name"]
+    assert str(cff["version"]) == project["version"]
+    assert cff["license"] == project["license"]["text"]
+    assert cff["authors"] == [{"name": "foldworks maintainers"}]
+    for ref in cff["references"]:
+        assert ref["type"] == "article" and ref["title"] and ref["authors"], ref
+        assert re.fullmatch(r"10\.\d{4,9}/\S+", ref["doi"]), ref["doi"]
+        assert isinstance(ref["year"], int) and all(isinstance(ref[k], int) for k in ("start", "end") if k in ref)
+    cited = {(ref["authors"][0]["family-names"], ref["year"]) for ref in cff["references"]}
+    assert cited == {("Jumper", 2021), ("Ahdritz", 2024), ("Dauparas", 2022), ("Steinegger", 2019),
+                     ("Steinegger", 2017), ("Mölder", 2021)}
+
+
+def test_license_is_the_apache_2_text():
+    text = (REPO_ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert "END OF TERMS AND CONDITIONS" in text
