@@ -44,3 +44,13 @@ def test_the_demo_config_plans_all_its_experiments(tmp_path, pdb_mirror):
     assert sorted(jobs["train"]) == sorted(demo["experiments"])
     assert sorted(jobs["predict"]) == sorted(demo["experiments"])
 
+
+
+def test_the_demo_settings_outside_its_experiments_are_the_schema_defaults(tmp_path):
+    """config/config.yaml says so: a user file naming only entries and experiments runs the demo's settings."""
+    from foldworks.repro.config import load_workflow_config
+
+    demo = load_workflow_config(REPO_ROOT)
+    minimal = tmp_path / "minimal.yaml"
+    minimal.write_text(yaml.safe_dump({"pdb": {"entries": demo["pdb"]["entries"]}, "experiments": demo["experiments"]}))
+    assert load_workflow_config(REPO_ROOT, [minimal]) == demo
