@@ -61,8 +61,10 @@ def test_model_families_are_listed_with_their_defaults():
     from foldworks.families import FAMILY_TASKS
 
     assert set(families) == set(FAMILY_TASKS)
-    assert families["mpnn"]["default"]["hidden"] == 128
-    assert "preset cpu_small" in families["evoformer"]
+    assert families["mpnn"] == ({"default": families["mpnn"][0]["default"]}, None)
+    assert families["mpnn"][0]["default"]["hidden"] == 128
+    columns, preset = families["evoformer"]
+    assert preset == "cpu_small" and "preset cpu_small" in columns
 
 
 def test_check_mode_reports_a_stale_page(tmp_path, capsys):

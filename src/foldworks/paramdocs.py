@@ -110,7 +110,7 @@ def _row(*cells: str) -> str:
 
 
 def schema_table(schema: dict[str, Any], section: str) -> list[str]:
-    """Markdown table of one top-level section's keys (the section itself first)."""
+    """Markdown table of the keys below one top-level section."""
     node = schema["properties"][section]
     rows = [_row("key", "type", "default", "description"), "|---|---|---|---|"]
     for path, child in iter_keys(node, f"{section}."):
@@ -151,35 +151,42 @@ def experiment_table(schema: dict[str, Any], section: str, defaults: dict[str, A
     return rows
 
 
-def family_defaults() -> dict[str, dict[str, dict[str, Any]]]:
-    """``{family: {column: {key: default}}}`` for every registered model family (imports torch).
+#: A family's ``model_config`` defaults: ``({column: {key: default}}, default preset or None)``.
+FamilyDefaults = tuple[dict[str, dict[str, Any]], str | None]
 
-    A family whose constructor takes a ``preset`` and its module defines ``PRESETS`` gets one column
-    per preset; any other family one column ``default`` of its constructor's keyword defaults."""
+
+def family_defaults() -> dict[str, FamilyDefaults]:
+    """The ``model_config`` defaults of every family in :data:`foldworks.families.FAMILY_TASKS`
+    (imports torch; families registered only at run time, e.g. by tests, are left out).
+
+    A family whose constructor takes a ``preset`` and whose module defines ``PRESETS`` gets one
+    column per preset; any other family one column ``default`` of its constructor's defaults."""
+    from foldworks.families import FAMILY_TASKS
     from foldworks.models import MODEL_REGISTRY
 
-    families: dict[str, dict[str, dict[str, Any]]] = {}
-    for name in sorted(MODEL_REGISTRY):
+    families: dict[str, FamilyDefaults] = {}
+    for name in sorted(FAMILY_TASKS):
         cls = MODEL_REGISTRY[name]
         params = inspect.signature(cls.__init__).parameters
         presets = getattr(sys.modules[cls.__module__], "PRESETS", None)
         if "preset" in params and isinstance(presets, dict):
-            families[name] = {f"preset {preset}": dict(values) for preset, values in presets.items()}
-            families[name]["preset"] = {"preset": params["preset"].default}
+            columns = {f"preset {preset}": dict(values) for preset, values in presets.items()}
+            families[name] = (columns, str(params["preset"].default))
         else:
-            families[name] = {"default": {key: p.default for key, p in params.items()
-                                          if key != "self" and p.default is not inspect.Parameter.empty}}
+            defaults = {key: p.default for key, p in params.items()
+                        if key != "self" and p.default is not inspect.Parameter.empty}
+            families[name] = ({"default": defaults}, None)
     return families
 
 
-def family_table(name: str, columns: dict[str, dict[str, Any]]) -> list[str]:
+def family_table(name: str, family: FamilyDefaults) -> list[str]:
     """Markdown table of one family's ``model_config`` keys (one column per preset)."""
     from foldworks.families import FAMILY_TASKS
 
+    columns, preset = family
     lines = [f"### `{name}` ({FAMILY_TASKS.get(name, 'structure')})", ""]
-    preset = columns.pop("preset", None)
     if preset is not None:
-        lines += [f"`preset` picks a column (default `{preset['preset']}`); any key below may be set "
+        lines += [f"`preset` picks a column (default `{preset}`); any key below may be set "
                   "in `model_config` to override the preset's value.", ""]
     names = list(columns)
     keys = sorted({key for values in columns.values() for key in values})
@@ -190,7 +197,7 @@ def family_table(name: str, columns: dict[str, dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def render(schema: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
+def render(schema: dict[str, Any], families: dict[str, FamilyDefaults] | None = None) -> str:
     """The whole page (Markdown) for ``schema``; ``families`` from :func:`family_defaults` when None."""
     from foldworks.train.config import DEFAULT_DATA, DEFAULT_TRAINER
 
@@ -204,8 +211,8 @@ def render(schema: dict[str, Any], families: dict[str, dict[str, dict[str, Any]]
               "## Model families (`model_config`)", "",
               "Each family's settings and their defaults; see the family's module in "
               "`src/foldworks/models/` for what each one does.", ""]
-    for name, columns in (family_defaults() if families is None else families).items():
-        lines += family_table(name, dict(columns))
+    for name, family in (family_defaults() if families is None else families).items():
+        lines += family_table(name, family)
     return "\n".join(lines).rstrip() + "\n"
 
 
