@@ -1,16 +1,20 @@
 # foldworks: PDB entries -> parsed chains -> splits -> MSAs -> features -> training -> predictions
 # -> metrics -> report. Each stage is a thin rule over `python -m foldworks.<stage>`.
-# Usage: make demo   (or: snakemake --cores all --configfile config/config.yaml)
+# Usage: make demo   (or: snakemake --cores all [--configfile my.yaml])
 
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: f"{workflow.basedir}/config/config.yaml"
+# The configuration is the --configfile files alone (merged in order), or, without any, the demo
+# configuration config/config.yaml: a user's file is never merged over the demo's experiments.
+# Every key a file leaves out takes its default from the schema (`validate` fills them in).
+if not workflow.overwrite_configfiles:
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
-validate(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
+validate(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml", set_default=True)
 
 
 include: "workflow/rules/common.smk"

@@ -13,22 +13,27 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def demo_entry_key(entry: str) -> str:
-    """The entry shard key of ``entry`` under config/config.yaml's ``pdb.shard_chars`` (what a test
-    config that does not set it inherits: the Snakefile loads config/config.yaml first)."""
+def schema_default(*keys: str):
+    """The default of the config key ``keys`` in workflow/schemas/config.schema.yaml (what a test
+    config that does not set the key gets: the Snakefile fills it in from the schema)."""
     import yaml
 
+    node = yaml.safe_load((REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    for key in keys:
+        node = node["properties"][key]
+    return node["default"]
+
+
+def demo_entry_key(entry: str) -> str:
+    """The entry shard key of ``entry`` under the default ``pdb.shard_chars`` (a test config's, unless set)."""
     from foldworks.shards import entry_shard
 
-    chars = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["pdb"].get("shard_chars", 2)
-    return entry_shard(entry, chars)
+    return entry_shard(entry, int(schema_default("pdb", "shard_chars")))
 
 
 def demo_msa_chars() -> int:
-    """config/config.yaml's ``msa.shard_chars`` (hhblits msa shard key length a test config inherits)."""
-    import yaml
-
-    return int(yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())["msa"].get("shard_chars", 2))
+    """The default ``msa.shard_chars`` (hhblits msa shard key length of a test config that does not set it)."""
+    return int(schema_default("msa", "shard_chars"))
 
 
 def _shared_path(env_var: str, relative: str) -> Path | None:
@@ -61,7 +66,7 @@ def require_tool(name: str) -> str:
     """Return the path of an external tool; fail (not skip) if `make test` set-up did not install it."""
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh)")
+        pytest.fail(f"{name} is not installed; `make test` installs it (workflow/scripts/ensure_tools.sh, ensure_testtools.sh)")
     return found
 
 

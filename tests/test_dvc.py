@@ -209,15 +209,16 @@ def test_metrics_sidecars_are_found_and_checked(tmp_path):
     assert [f.status for f in check.check_artifacts(tmp_path, config)] == [check.MISMATCH]
 
 
-def test_workflow_config_is_merged_over_the_default_and_filled_from_the_schema(tmp_path):
+def test_workflow_config_replaces_the_demo_and_is_filled_from_the_schema(tmp_path):
     override = tmp_path / "o.yaml"
     override.write_text("pdb: {entries: [1crn]}\nexperiments: {x: {model: distogram}}\n")
     config = load_workflow_config(REPO_ROOT, [override])
-    default = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     assert config["pdb"]["entries"] == ["1crn"]
-    assert set(config["experiments"]) == set(default["experiments"]) | {"x"}
-    assert config["evaluate"]["baseline"] == "helix"
-    assert config["fetch"]["retries"] >= 0  # filled in from the schema's defaults
+    assert set(config["experiments"]) == {"x"}  # not merged over the demo's experiments
+    assert config["evaluate"]["baseline"] == "helix"  # filled in from the schema's defaults
+    assert config["fetch"]["retries"] == 4
+    demo = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    assert set(load_workflow_config(REPO_ROOT)["experiments"]) == set(demo["experiments"])
 
 
 def test_restore_times_puts_back_every_changed_mtime(tmp_path):
@@ -526,7 +527,7 @@ def test_changed_input_structure_reruns_only_its_entry_and_the_global_steps(run)
     assert {rule: past_index.counts.get(rule, 0) for rule in stages} == \
         {"ingest": 0, "chains": 0, "msa_db": 0, "msa": 0, "msa_index": 0, "features": 1}, past_index.counts
     assert f"features/shards/{demo_entry_key(MUTATED_ENTRY)}.tsv" in past_index.output
-    # 3 structure (evoformer from config/config.yaml) + 2 design experiments (mpnn, mpnn_ft), shrunk by tiny_config
+    # 3 structure + 2 design experiments (mpnn, mpnn_ft): the demo's five, shrunk by tiny_config
     assert {rule: past_index.counts[rule] for rule in ("train", "predict", "evaluate", "evaluate_baseline", "report",
                                                        "evaluate_design", "report_design")} \
         == {"train": 5, "predict": 5, "evaluate": 3, "evaluate_baseline": 1, "report": 1, "evaluate_design": 2,

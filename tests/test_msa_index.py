@@ -27,7 +27,7 @@ def test_index_holds_the_rows_of_the_tables_passed_sequences(tmp_path):
     table.to_parquet(tmp_path / "chains.parquet")
     out = tmp_path / "index.tsv"
     assert main(["--table", str(tmp_path / "chains.parquet"), "--shards-dir", str(shards_dir), "--shard-chars", "3",
-                 "--out", str(out)]) == 0  # 3-character manifests; the default is msa.shard_chars 2
+                 "--out", str(out)]) == 0  # 3-character manifests; the CLI default is 2
     rows = read_manifest(out)
     assert sorted(rows) == [H1, H2, H3]  # H4 did not pass the filters
     assert rows[H2] == Row(H2, "failed", "in2", "st", "a3m2", "msa: timed out")

@@ -29,7 +29,7 @@ ENTRIES = ["1crn", "1cbn", "1aki"]  # shards "cr", "cb", "ak"
 def test_keys_follow_the_divided_layout_and_hash_prefix():
     assert entry_shard("1ABC") == "ab"
     assert group_entries(["2abd", "1abc", "1xyz"]) == {"ab": ["1abc", "2abd"], "xy": ["1xyz"]}
-    assert sequence_shard("0123456789abcdef0123") == "01"  # SEQ_SHARD_CHARS, the msa.shard_chars default
+    assert sequence_shard("0123456789abcdef0123") == "01"  # SEQ_SHARD_CHARS, the module default
     assert sequence_shard("0123456789abcdef0123", 3) == "012"
     with pytest.raises(ValueError):
         sequence_shard("../etc")

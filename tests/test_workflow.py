@@ -19,7 +19,7 @@ from conftest import REPO_ROOT, require_tool
 from conftest import run_snakemake as snakemake
 
 pytestmark = pytest.mark.slow
-# config/config.yaml's experiments are merged into the tiny config (shrunk there)
+# tests/tiny_config.yaml's experiments: the demo's five, shrunk
 STRUCTURE, DESIGN = ("evoformer", "distogram", "msa_trunk"), ("mpnn", "mpnn_ft")
 
 
@@ -50,7 +50,7 @@ def test_every_stage_wrote_its_outputs(tiny_run):
     features = sorted(p.stem for p in (workdir / "data/features").glob("*.npz"))
     assert features == sorted(passed["entry"] + "_" + passed["chain"])
     test_targets = sorted((passed[passed["split"] == "test"]["entry"] + "_" + passed[passed["split"] == "test"]["chain"]))
-    for experiment in DESIGN:  # config/config.yaml's design experiments, shrunk by tiny_config
+    for experiment in DESIGN:  # the demo's design experiments, shrunk by tiny_config
         assert (workdir / f"results/checkpoints/{experiment}/best.ckpt").stat().st_size > 0
         designed = sorted(p.stem for p in (workdir / f"results/predictions/{experiment}").glob("*.fasta"))
         assert designed == test_targets

@@ -4,7 +4,7 @@ Every ``snakemake`` call, the no-op check included, needs per shard: the feature
 (``<entry>_<chain>:<sequence hash>``), the msa shard's sequence hashes, the entry shards holding a
 split's chains, and each features shard's ``msa`` digest (:func:`foldworks.msa.index.shard_digest`).
 Building them from ``data/chains.parquet`` (690,000 chains at 230,000 entries) and
-``data/msa/index.tsv`` took ~3.5 s + ~1 s per call (issue 16); both files change only when their
+``data/msa/index.tsv`` took ~3.5 s + ~1 s per call; both files change only when their
 checkpoint reruns, so the result is kept in ``.snakemake/foldworks/*.json`` under a key of the
 source files' path, size and mtime (and the msa shard width), and loaded in ~0.1 s while the key
 matches. A stale, unreadable or foreign cache file is rebuilt, never trusted: the key is checked

@@ -146,7 +146,7 @@ def msa_shard_items(wildcards) -> str:
 
 def features_shard_inputs(wildcards) -> dict[str, object]:
     """Parse manifest + the MSA index, `ancient` (see workflow/rules/features.smk): not the msa
-    shard manifests, whose edges grew with the entries (issue 16)."""
+    shard manifests, whose edges grew with the entries."""
     index = _chain_index()
     if wildcards.shard not in index.features:
         raise ValueError(f"features shard {wildcards.shard!r}: no passed chain of its entries in data/chains.parquet")

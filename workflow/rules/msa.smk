@@ -75,9 +75,9 @@ checkpoint msa_db_external:
 
 
 # One job per sequence-hash shard (data/msa/shards/<prefix>.tsv): the passed chains' unique
-# sequences whose hash starts with the prefix (`msa.shard_chars`, default 2 hex characters: 256
-# shards of ~470 sequences at ~120,000; 3: 4,096 shards of ~30, at ~2.4 ms of DAG building per
-# job on every `snakemake` call, issue 16; with mmseqs `msa.mmseqs.shard_chars`, as its batches
+# sequences whose hash starts with the prefix (`msa.shard_chars` hex characters; 2: 256 shards
+# of ~470 sequences at ~120,000; 3: 4,096 shards of ~30, at ~2.4 ms of DAG building per
+# job on every `snakemake` call; with mmseqs `msa.mmseqs.shard_chars`, as its batches
 # profit from size). A job runs its queries one after another, each hhblits with {threads} CPUs:
 # on a cluster give it more (`--set-threads msa=8`, README "Shards"). Each unique sequence is
 # aligned exactly once; a sequence is searched again only when
@@ -137,9 +137,9 @@ rule msa_summary:
 
 
 # The MSA index (foldworks.msa.index): every msa shard's rows in one file, the only msa input of
-# the features shards (issue 16: listing each features shard's msa manifests made ~650,000
+# the features shards (listing each features shard's msa manifests made ~650,000
 # features->msa edges at 230,000 entries, resolved on every `snakemake` call, no-op included;
-# this is <= 256 edges at the default msa.shard_chars). A checkpoint, so that when it has run Snakemake re-evaluates the
+# this is <= 256 edges at msa.shard_chars 2). A checkpoint, so that when it has run Snakemake re-evaluates the
 # features shards (update_checkpoint_dependencies): each one's `msa` param is a digest of
 # exactly its sequences' index rows, read at DAG time, so a changed a3m reruns exactly the
 # features shards whose chains use it, and no other (their index input is `ancient`).

@@ -1,42 +1,36 @@
 #!/usr/bin/env bash
-# Make sure the external tools foldworks calls are installed: HH-suite (hhblits, hhfilter,
-# ffindex_*, cstranslate), MMseqs2, and the metric references TMscore (tm-align) and
-# OpenStructure (compare-structures). On Debian as root they are installed with apt-get;
-# otherwise we print the conda command for envs/hhsuite.yaml and fail.
+# Make sure the external tools the workflow runs are on PATH: HH-suite (hhblits, hhfilter,
+# ffindex_*, cstranslate) and MMseqs2. Nothing else: the test-only metric references are
+# ensure_testtools.sh's. As root on Debian/Ubuntu the missing ones are installed with apt-get;
+# otherwise the script prints how to install them without root (conda) and exits 1.
 set -euo pipefail
 
 missing=()
-command -v hhblits >/dev/null 2>&1 || missing+=(hhsuite)
-command -v ffindex_from_fasta >/dev/null 2>&1 || missing+=(hhsuite)
-command -v mmseqs >/dev/null 2>&1 || missing+=(mmseqs2)
-# TMscore (tm-align) is the reference implementation the metric tests compare against.
-command -v TMscore >/dev/null 2>&1 || missing+=(tm-align)
-# OpenStructure (compare-structures) is the lDDT reference of the metric tests.
-[ -f /usr/lib/python3/dist-packages/ost/ost_startup.py ] || missing+=(openstructure python3-ost)
+for tool in hhblits hhfilter ffindex_from_fasta ffindex_build; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=(hhsuite)
+done
+# Debian installs cstranslate only as CPU-specific builds under /usr/libexec/hhsuite.
 if ! command -v cstranslate >/dev/null 2>&1 && ! ls /usr/libexec/hhsuite/cstranslate-* >/dev/null 2>&1; then
   missing+=(hhsuite)
 fi
-ensure_compound_library() {
-  # OpenStructure needs a compound library built from the CCD it ships (once, ~35 s).
-  local lib=/usr/share/openstructure/compounds.chemlib
-  if [ ! -f "$lib" ] && command -v chemdict_tool >/dev/null 2>&1 && [ -w "$(dirname "$lib")" ]; then
-    echo "[setup] building the OpenStructure compound library"
-    chemdict_tool create /usr/share/openstructure/components.cif.gz "$lib" pdb >/dev/null
-  fi
-}
-if [ ${#missing[@]} -eq 0 ]; then ensure_compound_library; exit 0; fi
+command -v mmseqs >/dev/null 2>&1 || missing+=(mmseqs2)
+[ ${#missing[@]} -eq 0 ] && exit 0
 
 pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "[setup] installing system tools with apt-get: $pkgs"
+  echo "[setup] installing the workflow's tools with apt-get: $pkgs"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   # shellcheck disable=SC2086
   apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
-  ensure_compound_library
   exit 0
 fi
-echo "[setup] missing tools: $pkgs" >&2
-echo "[setup] install them with conda:  conda env create -f envs/hhsuite.yaml && conda activate foldworks-hhsuite" >&2
-echo "[setup] or on Debian/Ubuntu:      sudo apt-get install hhsuite mmseqs2" >&2
+cat >&2 <<MSG
+[setup] the workflow needs HH-suite and MMseqs2 on PATH; missing: ${pkgs% }
+[setup] without root, with conda/mamba (bioconda hhsuite 3.3.0 + mmseqs2), then rerun make:
+[setup]     conda env create -f envs/hhsuite.yaml && conda activate foldworks-hhsuite
+[setup] as root on Debian/Ubuntu:
+[setup]     sudo apt-get install hhsuite mmseqs2
+[setup] on a cluster: load modules that put hhblits, hhfilter, ffindex_build and mmseqs on PATH.
+MSG
 exit 1

@@ -5,7 +5,7 @@
 - OpenStructure 2.3.1 ``compare-structures`` (Debian ``openstructure`` + ``python3-ost``): lDDT.
   The ``ost`` wrapper is broken on Debian 12, so the action is started through
   ``ost_startup.py``; it needs ``compounds.chemlib`` (built by ``chemdict_tool create``, see
-  ``workflow/scripts/ensure_tools.sh``). Flags used: ``-c A:A`` (chain mapping), ``-rna``
+  ``workflow/scripts/ensure_testtools.sh``). Flags used: ``-c A:A`` (chain mapping), ``-rna``
   (residues paired by number), ``-l -spr`` (lDDT with per-residue scores), ``-ca`` for Cα-only;
   stereochemistry checks (``-sc``) are off; hydrogens are removed (the default ``-rm hyd``).
 """
@@ -28,7 +28,7 @@ from foldworks.constants import ATOM_TYPES, RESTYPE_1TO3, RESTYPES
 OST_STARTUP = Path("/usr/lib/python3/dist-packages/ost/ost_startup.py")
 OST_ACTION = Path("/usr/bin/ost-compare-structures")
 OST_CHEMLIB = Path("/usr/share/openstructure/compounds.chemlib")
-_SETUP_HINT = "`make test` installs it (workflow/scripts/ensure_tools.sh)"
+_SETUP_HINT = "`make test` installs it (workflow/scripts/ensure_testtools.sh)"
 
 
 class ReferenceToolMissing(RuntimeError):

@@ -1,6 +1,6 @@
 """The MSA index (checkpoint ``msa_index`` → ``data/msa/index.tsv``): every msa shard's rows in one file.
 
-Why it exists (issue 16, full-PDB no-op): a features shard (an entry shard) used to list the
+Why it exists (a no-op run at full-PDB size): a features shard (an entry shard) used to list the
 manifest of every msa shard holding one of its chains' sequences as inputs: ~650,000
 features→msa edges at 230,000 entries, which Snakemake resolves on every call, no-op included.
 Now one checkpoint collects the msa manifests (256 edges at `msa.shard_chars: 2`) into this index; a features shard

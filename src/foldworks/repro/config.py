@@ -1,8 +1,8 @@
 """The workflow config as Snakemake builds it, and each stage's config slice and code parts.
 
-Snakemake loads ``config/config.yaml`` (the Snakefile's ``configfile:``), deep-merges every
-``--configfile`` over it in order, and the Snakefile validates the result against
-``workflow/schemas/config.schema.yaml`` with defaults filled in. :func:`load_workflow_config`
+The Snakefile's configuration is the ``--configfile`` files deep-merged in order or, when none is
+given, the demo configuration ``config/config.yaml``; it is validated against
+``workflow/schemas/config.schema.yaml``, which fills in every default. :func:`load_workflow_config`
 does the same, so the hashes computed here equal those of the ``params:`` the rules pass.
 """
 
@@ -27,19 +27,18 @@ class ConfigError(ValueError):
 
 
 def load_workflow_config(repo: Path, configfiles: list[Path] = ()) -> dict[str, Any]:
-    """``config/config.yaml`` deep-merged with ``configfiles`` in order, validated, defaults filled."""
+    """``configfiles`` deep-merged in order (none: ``config/config.yaml``), validated, defaults filled.
+
+    As the Snakefile: a ``--configfile`` replaces the demo configuration, it is not merged over it."""
     from snakemake.common.configfile import load_configfile
     from snakemake.utils import update_config, validate
 
-    base = repo / DEFAULT_CONFIGFILE
-    config: dict[str, Any] = load_configfile(str(base)) if base.exists() else {}
-    overrides: dict[str, Any] = {}
-    for path in configfiles:
-        path = Path(path)
+    paths = [Path(path) for path in configfiles] or [repo / DEFAULT_CONFIGFILE]
+    config: dict[str, Any] = {}
+    for path in paths:
         if not path.exists():
             raise ConfigError(f"config file {path} not found")
-        update_config(overrides, load_configfile(str(path)))
-    update_config(config, overrides)
+        update_config(config, load_configfile(str(path)))
     try:
         validate(config, str(repo / SCHEMA), set_default=True)
     except Exception as exc:  # snakemake raises WorkflowError with the schema message

@@ -24,8 +24,8 @@ DEFAULT_DATA: dict[str, Any] = {
     "spatial_crop_prob": 0.0,
     # null: every training crop has crop_size residues; an int: each training crop's size is drawn
     # uniformly in [crop_size_min, crop_size] (per item, from default_rng([seed, epoch, slot, 1]); the crop
-    # itself keeps its RNG), so the model sees pieces of
-    # several lengths (issue 14: with one crop size the structure module learns one size of fold)
+    # itself keeps its RNG), so the model sees pieces of several lengths (with one crop size the
+    # structure module learns one size of fold)
     "crop_size_min": None,
     # "cluster_weighted": draw chains with replacement ∝ chains.parquet `sample_weight`;
     # "uniform": a permutation of the train chains per epoch
