@@ -33,7 +33,8 @@ def lddt_ca(pred_ca: Tensor, true_ca: Tensor, mask: Tensor, cutoff: float = 15.0
     to_score = (d_true < cutoff).to(mask.dtype) * mask[..., :, None] * mask[..., None, :] * (1 - eye)
     l1 = (d_true - d_pred).abs()
     score = 0.25 * sum((l1 < t).to(mask.dtype) for t in (0.5, 1.0, 2.0, 4.0))
-    return (eps + (to_score * score).sum(-1)) / (eps + to_score.sum(-1))
+    norm = 1.0 / (eps + to_score.sum(-1))  # reciprocal first, as OpenFold: scores like 0.1 sit on a bin edge
+    return norm * (eps + (to_score * score).sum(-1))
 
 
 def plddt_target_bins(final_atom_positions: Tensor, all_atom_positions: Tensor, all_atom_mask: Tensor,
