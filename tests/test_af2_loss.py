@@ -291,3 +291,18 @@ def test_total_accepts_nested_structure_module_outputs(crambin):
     nested["sm"].update(group_frames_rot=last[..., :3, :3], group_frames_trans=last[..., :3, 3])
     again, _ = alphafold_loss(nested, batch)
     assert float(again) == float(flat)
+
+
+def test_total_averages_terms_over_a_batch_of_chains(crambin):
+    """Two chains batched give the mean of their separate terms (per-chain averaging)."""
+    n = crambin["aatype"].shape[0]
+    batch = _msa_batch(crambin, n)
+    outs = [_random_outputs(n, seed=s) for s in (6, 7)]
+    cfg = LossConfig(weights=LossWeights.fine_tuning())
+    single = [alphafold_loss(o, batch, cfg)[1] for o in outs]
+    stacked = {k: torch.stack([o[k] for o in outs], 1 if k.startswith("sm/") else 0) for k in outs[0]}
+    batched = {k: torch.stack([v, v]) if torch.is_tensor(v) else v for k, v in batch.items()}
+    _, terms = alphafold_loss(stacked, batched, cfg)
+    for key in ("fape", "supervised_chi", "distogram", "masked_msa", "plddt_loss", "experimentally_resolved", "tm",
+                "violation", "unscaled_loss"):
+        assert float(terms[key]) == pytest.approx(0.5 * float(single[0][key] + single[1][key]), rel=1e-5), key

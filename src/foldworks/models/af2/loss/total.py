@@ -23,7 +23,6 @@ and ``use_clamped_fape []`` (1 clamped / 0 unclamped; AF2 draws 1 with p 0.9 per
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable
 
 import torch
@@ -149,9 +148,9 @@ def alphafold_loss(outputs: dict[str, Tensor], batch: dict[str, Tensor],
     ``fape_sidechain`` (all detached).
     """
     cfg = config or LossConfig()
-    device_type = next(iter(outputs.values())).device.type
-    with torch.autocast(device_type=device_type, enabled=False):
-        out, batch = _fp32(flatten_outputs(outputs)), _fp32(batch)
+    flat = flatten_outputs(outputs)
+    with torch.autocast(device_type=flat["sm/frames"].device.type, enabled=False):
+        out, batch = _fp32(flat), _fp32(batch)
         parts = _fape_parts(out, batch, cfg)
         terms = {"fape": parts["fape"]}
         for name, fn in _terms(out, batch, cfg).items():

@@ -22,9 +22,9 @@ def _norm(x: Tensor, eps: float) -> Tensor:
     return torch.sqrt(eps + (x * x).sum(-1))
 
 
-def _flagged(loss: Tensor, mask: Tensor, error: Tensor, limit: Tensor | float) -> tuple[Tensor, Tensor]:
+def _flagged(loss: Tensor, mask: Tensor, error: Tensor, limit: Tensor | float, eps: float) -> tuple[Tensor, Tensor]:
     """Masked mean of a per-link loss, and the mask of links whose error exceeds ``limit``."""
-    return (mask * loss).sum(-1) / (mask.sum(-1) + 1e-6), mask * (error > limit)
+    return (mask * loss).sum(-1) / (mask.sum(-1) + eps), mask * (error > limit)
 
 
 def between_residue_bond_and_angle(pos: Tensor, exists: Tensor, residue_index: Tensor, aatype: Tensor,
@@ -46,7 +46,7 @@ def between_residue_bond_and_angle(pos: Tensor, exists: Tensor, residue_index: T
     c_n_len = _norm(c - n_next, eps)
     c_n_err = torch.sqrt(eps + (c_n_len - gt_len) ** 2)
     c_n_loss = F.relu(c_n_err - tolerance_factor * gt_sd)
-    c_n_mean, c_n_viol = _flagged(c_n_loss, m_c * m_n * no_gap, c_n_err, tolerance_factor * gt_sd)
+    c_n_mean, c_n_viol = _flagged(c_n_loss, m_c * m_n * no_gap, c_n_err, tolerance_factor * gt_sd, eps)
 
     c_ca_unit = (ca - c) / _norm(ca - c, eps)[..., None]
     c_n_unit = (n_next - c) / c_n_len[..., None]
@@ -59,7 +59,7 @@ def between_residue_bond_and_angle(pos: Tensor, exists: Tensor, residue_index: T
     ):
         err = torch.sqrt(eps + (cos - mean) ** 2)
         loss = F.relu(err - tolerance_factor * sd)
-        m, v = _flagged(loss, mask, err, tolerance_factor * sd)
+        m, v = _flagged(loss, mask, err, tolerance_factor * sd, eps)
         losses.append(loss)
         means.append(m)
         viols.append(v)
