@@ -306,3 +306,9 @@ def test_total_averages_terms_over_a_batch_of_chains(crambin):
     for key in ("fape", "supervised_chi", "distogram", "masked_msa", "plddt_loss", "experimentally_resolved", "tm",
                 "violation", "unscaled_loss"):
         assert float(terms[key]) == pytest.approx(0.5 * float(single[0][key] + single[1][key]), rel=1e-5), key
+
+
+def test_clamped_fape_is_drawn_per_sample_with_p_0_9():
+    draws = fape.sample_use_clamped_fape((20000,), generator=torch.Generator().manual_seed(8))
+    assert set(draws.unique().tolist()) == {0.0, 1.0}
+    assert float(draws.mean()) == pytest.approx(0.9, abs=0.01)

@@ -66,6 +66,13 @@ def backbone_fape(traj: Tensor, backbone_rigid_tensor: Tensor, backbone_rigid_ma
     return clamped.mean()
 
 
+def sample_use_clamped_fape(shape: tuple[int, ...] = (), p_clamped: float = 0.9,
+                            generator: torch.Generator | None = None) -> Tensor:
+    """Per-sample draw of the backbone FAPE variant (AF2 supp. 1.11.5): 1.0 clamped with
+    probability ``p_clamped``, else 0.0 unclamped; float32 of ``shape``."""
+    return (torch.rand(shape, generator=generator) < p_clamped).float()
+
+
 def renamed_ground_truth(batch: dict[str, Tensor], pred_atom14: Tensor, eps: float = 1e-10) -> dict[str, Tensor]:
     """Choose per residue the truth naming closer to the prediction (AF2 Alg 26).
 
