@@ -312,3 +312,15 @@ def test_clamped_fape_is_drawn_per_sample_with_p_0_9():
     draws = fape.sample_use_clamped_fape((20000,), generator=torch.Generator().manual_seed(8))
     assert set(draws.unique().tolist()) == {0.0, 1.0}
     assert float(draws.mean()) == pytest.approx(0.9, abs=0.01)
+
+
+def test_gradients_are_finite_and_reach_every_output(crambin):
+    n = crambin["aatype"].shape[0]
+    out = {k: v.requires_grad_() for k, v in _random_outputs(n, seed=9).items()}
+    loss, _ = alphafold_loss(out, _msa_batch(crambin, n), LossConfig(weights=LossWeights.fine_tuning()))
+    loss.backward()
+    assert out["final_atom_positions"].grad is None  # it only feeds the (detached) pLDDT target
+    for key, value in out.items():
+        if key != "final_atom_positions":
+            assert value.grad is not None and torch.isfinite(value.grad).all(), key
+            assert value.grad.abs().sum() > 0, key
