@@ -324,3 +324,13 @@ def test_gradients_are_finite_and_reach_every_output(crambin):
         if key != "final_atom_positions":
             assert value.grad is not None and torch.isfinite(value.grad).all(), key
             assert value.grad.abs().sum() > 0, key
+
+
+def test_tm_logits_required_only_when_weighted(crambin):
+    n = crambin["aatype"].shape[0]
+    out = {k: v for k, v in _random_outputs(n, seed=10).items() if k != "tm_logits"}
+    batch = _msa_batch(crambin, n)
+    _, terms = alphafold_loss(out, batch, LossConfig(weights=LossWeights.initial_training(ptm=False)))
+    assert "tm" not in terms
+    with pytest.raises(KeyError, match="tm_logits"):
+        alphafold_loss(out, batch, LossConfig(weights=LossWeights.initial_training()))

@@ -1,4 +1,4 @@
-"""AlphaFold2's total training loss (AF2 supp. 1.9, Eq. 7 and 1.11.5; OpenFold ``AlphaFoldLoss``).
+"""AlphaFold2's total training loss (AF2 supp. 1.9 and 1.11; term by term OpenFold's ``AlphaFoldLoss``).
 
 Input contract — ``outputs`` (OpenFold's names; ``L`` structure-module layers, ``N`` residues,
 ``S`` MSA rows; an optional batch dim ``B`` goes after ``L`` for ``sm/*`` and first elsewhere):
@@ -11,12 +11,14 @@ Input contract — ``outputs`` (OpenFold's names; ``L`` structure-module layers,
 * ``final_atom_positions [N, 37, 3]`` (Å, from the last layer); ``final_affine_tensor [N, 7]``
   (optional, default ``sm/frames[-1]``);
 * ``distogram_logits [N, N, 64]``, ``masked_msa_logits [S, N, 23]``, ``lddt_logits [N, 50]``,
-  ``experimentally_resolved_logits [N, 37]``, ``tm_logits [N, N, 64]`` (optional when TM is off).
+  ``experimentally_resolved_logits [N, 37]``, ``tm_logits [N, N, 64]`` (may be absent when the TM
+  weight is 0).
 
 A nested ``{"sm": {...}}`` dict is accepted as well (see :func:`flatten_outputs`).
 
 ``batch``: the supervision of :func:`supervision.make_supervision` plus ``seq_mask [N]``,
-``residue_index [N]``, ``true_msa``/``bert_mask [S, N]``, ``resolution []`` (Å), ``seq_length []``
+``residue_index [N]``, ``true_msa``/``bert_mask [S, N]`` (of the last recycling iteration, the one
+whose outputs are scored), ``resolution []`` (Å), ``seq_length []``
 and ``use_clamped_fape []`` (1 clamped / 0 unclamped; AF2 draws 1 with p 0.9 per sample).
 """
 
@@ -34,7 +36,8 @@ from foldworks.models.af2.loss.geometry import to_tensor_4x4
 
 @dataclasses.dataclass(frozen=True)
 class LossWeights:
-    """Per-term weights of the total loss (AF2 supp. 1.11.5, Table 6; OpenFold model config)."""
+    """Per-term weights of the total loss (AF2 supp. 1.9 and 1.11; OpenFold's ``model_*_ptm`` and
+    ``finetuning_ptm`` presets)."""
 
     fape: float = 1.0
     supervised_chi: float = 1.0
@@ -155,6 +158,8 @@ def alphafold_loss(outputs: dict[str, Tensor], batch: dict[str, Tensor],
         terms = {"fape": parts["fape"]}
         for name, fn in _terms(out, batch, cfg).items():
             if name == "tm" and "tm_logits" not in out:
+                if cfg.weights.tm:
+                    raise KeyError(f"tm_logits: the TM loss has weight {cfg.weights.tm} but the outputs lack it")
                 continue
             terms[name] = fn()
         total = parts["fape"].new_zeros(())
