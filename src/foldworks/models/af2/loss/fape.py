@@ -37,7 +37,7 @@ def compute_fape(pred_frames: Frames, true_frames: Frames, frames_mask: Tensor, 
 
 def backbone_fape_per_layer(traj: Tensor, backbone_rigid_tensor: Tensor, backbone_rigid_mask: Tensor,
                             clamp: float | None, loss_unit_distance: float = 10.0, eps: float = 1e-4) -> Tensor:
-    """Backbone FAPE of every structure-module layer (AF2 supp. 1.9.2, Alg 20 line 17).
+    """Backbone FAPE of every structure-module layer (AF2 supp. 1.9.2, Alg 20).
 
     Args: ``traj [L, ..., N, 7]`` (quaternion + translation, Å), ``backbone_rigid_tensor [..., N, 4, 4]``,
     ``backbone_rigid_mask [..., N]``. Points are the frames' origins (Cα).
@@ -105,7 +105,7 @@ def renamed_ground_truth(batch: dict[str, Tensor], pred_atom14: Tensor, eps: flo
 def sidechain_fape(sidechain_frames: Tensor, atom14_pos: Tensor, batch: dict[str, Tensor],
                    renamed: dict[str, Tensor], clamp_distance: float = 10.0, length_scale: float = 10.0,
                    eps: float = 1e-4) -> Tensor:
-    """All-atom FAPE of the last layer against the renamed truth (AF2 supp. 1.9.2, Alg 20 line 28).
+    """All-atom FAPE of the last layer against the renamed truth (AF2 supp. 1.9.2, Alg 20).
 
     Args: ``sidechain_frames [..., N, 8, 4, 4]`` and ``atom14_pos [..., N, 14, 3]`` (last layer, Å);
     ``batch`` holds ``rigidgroups_gt_frames``, ``rigidgroups_alt_gt_frames``, ``rigidgroups_gt_exists``;

@@ -15,7 +15,7 @@ def _masked_mean(mask: Tensor, value: Tensor, dims: tuple[int, ...], eps: float)
 
 def chi_squared_error(angles: Tensor, aatype: Tensor, chi_mask: Tensor, chi_angles_sin_cos: Tensor,
                       eps: float = 1e-8) -> Tensor:
-    """Masked mean over layers, residues and chis of the squared (sin, cos) chi error (Alg 27 l. 2–4).
+    """Masked mean over layers, residues and chis of the squared (sin, cos) chi error (Alg 27).
 
     Pi-periodic chis take the smaller error of the true and the pi-shifted angle.
     Args: ``angles [L, ..., N, 7, 2]`` normalised predictions; ``aatype [..., N]``;
@@ -31,7 +31,7 @@ def chi_squared_error(angles: Tensor, aatype: Tensor, chi_mask: Tensor, chi_angl
 
 
 def angle_norm_error(unnormalized_angles: Tensor, seq_mask: Tensor, eps: float = 1e-8) -> Tensor:
-    """Masked mean of |‖(a, b)‖ − 1| over layers, residues and all 7 torsions (Alg 27 l. 5–6).
+    """Masked mean of |‖(a, b)‖ − 1| over layers, residues and all 7 torsions (Alg 27).
 
     Args: ``unnormalized_angles [L, ..., N, 7, 2]``, ``seq_mask [..., N]``. Returns ``[...]``.
     """

@@ -142,7 +142,7 @@ def _fp32(d: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def alphafold_loss(outputs: dict[str, Tensor], batch: dict[str, Tensor],
                    config: LossConfig | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Weighted sum of the AF2 loss terms, scaled by √min(N_res, crop) (supp. 1.9, 1.11.5).
+    """Weighted sum of the AF2 loss terms, scaled by √min(N_res, crop) as OpenFold does.
 
     Every term is computed in float32 with autocast disabled and averaged over the batch (per
     chain). Terms with weight 0 are still computed and reported, except TM when its logits are

@@ -1,4 +1,4 @@
-"""Structural violation loss (AF2 supp. 1.9.11, Eq. 44–47): peptide bonds and angles, steric clashes
+"""Structural violation loss (AF2 supp. 1.9.11): peptide bonds and angles, steric clashes
 between and within residues, on the last structure-module layer's atom14 positions.
 
 Shapes: ``pos [..., N, 14, 3]`` (Å), ``exists [..., N, 14]``, ``residue_index [..., N]``,
@@ -31,7 +31,7 @@ def between_residue_bond_and_angle(pos: Tensor, exists: Tensor, residue_index: T
                                    tolerance_factor: float = 12.0, eps: float = 1e-6) -> dict[str, Tensor]:
     """Flat-bottom losses on the C–N bond and the CA–C–N / C–N–CA angles of consecutive residues.
 
-    Each link's error |x − mean| beyond ``tolerance_factor`` · stddev is penalised linearly (Eq. 44).
+    Each link's error |x − mean| beyond ``tolerance_factor`` · stddev is penalised linearly.
     Returns the three masked means ``c_n_loss_mean``, ``ca_c_n_loss_mean``, ``c_n_ca_loss_mean``
     ``[...]``, ``per_residue_loss_sum [..., N]`` (each link split half/half between its residues) and
     ``per_residue_violation_mask [..., N]``.
@@ -73,7 +73,7 @@ def between_residue_bond_and_angle(pos: Tensor, exists: Tensor, residue_index: T
 
 def between_residue_clash(pos: Tensor, exists: Tensor, radius: Tensor, residue_index: Tensor,
                           overlap_tolerance: float = 1.5, eps: float = 1e-10) -> dict[str, Tensor]:
-    """Steric clashes between atoms of different residues (Eq. 46): overlap beyond the vdW sum − tol.
+    """Steric clashes between atoms of different residues: overlap beyond the vdW sum − tol.
 
     The peptide C–N pair of consecutive residues and every SG–SG pair (atom14 slot 5, as in AF2,
     for disulfides) are exempt. ``radius [..., N, 14]`` Å. Returns ``mean_loss [...]``,
@@ -104,7 +104,7 @@ def _bounds(overlap_tolerance: float, tolerance_factor: float) -> tuple[np.ndarr
 
 def within_residue_violations(pos: Tensor, exists: Tensor, aatype: Tensor, overlap_tolerance: float = 1.5,
                               tolerance_factor: float = 12.0, eps: float = 1e-10) -> dict[str, Tensor]:
-    """Intra-residue pair distances outside [lower, upper] (Eq. 47; bounds from :mod:`stereo_chemistry`).
+    """Intra-residue pair distances outside [lower, upper] (bounds from :mod:`stereo_chemistry`).
 
     Returns ``per_atom_loss_sum [..., N, 14]`` and ``per_atom_violations [..., N, 14]``.
     """
@@ -120,7 +120,7 @@ def within_residue_violations(pos: Tensor, exists: Tensor, aatype: Tensor, overl
 
 def violation_loss(pos: Tensor, batch: dict[str, Tensor], violation_tolerance_factor: float = 12.0,
                    clash_overlap_tolerance: float = 1.5, eps: float = 1e-8) -> tuple[Tensor, dict[str, Tensor]]:
-    """Total violation loss (supp. 1.9.11 Eq. 47 sum; OpenFold ``violation_loss``, average_clashes off).
+    """Total violation loss (supp. 1.9.11; OpenFold ``violation_loss``, average_clashes off).
 
     ``bonds + two angles + Σ_atoms(between + within clash loss) / (eps + Σ atom14_atom_exists)``.
     ``batch`` holds ``atom14_atom_exists``, ``residue_index``, ``aatype``. Returns the batch-mean
