@@ -287,20 +287,3 @@ def test_ca_fape_trains_ca_only_chains_in_fp32_under_bf16(batch) -> None:
         out16 = model(ca_only)
         loss16, logs16 = model.loss(ca_only, out16)
     assert loss16.dtype == torch.float32 and torch.isfinite(loss16) and logs16["ca_fape_loss"] > 0.0
-
-
-def test_length_signal_tells_the_structure_module_the_number_of_residues(batch) -> None:
-    """length_signal (issue 14, off by default): a learned function of log(residues present, the mask sum,
-    so padding does not count) is added to the structure module's input."""
-    plain = _model().eval()
-    assert plain.length_embed is None
-    model = _model(length_signal=True).eval()
-    captured = []
-    model.structure.register_forward_hook(lambda mod, inp, out: captured.append(inp[0].detach()))
-    one = {k: v[:1] for k, v in batch.items()}
-    with torch.no_grad():
-        model(one)
-        model.length_embed.weight.zero_()
-        model.length_embed.bias.zero_()
-        model(one)
-    assert not torch.allclose(captured[0], captured[1])  # the signal reaches the structure module's input
