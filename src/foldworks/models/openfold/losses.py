@@ -198,15 +198,13 @@ def ca_pseudo_frames(ca: Tensor, residue_mask: Tensor, residue_index: Tensor) ->
 def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float = 10.0, window: int = 0) -> Tensor:
     """FAPE (Alg 28, clamp 10 Å, Z = 10 Å) of every resolved Cα in every Cα pseudo-frame
     (:func:`ca_pseudo_frames`, for prediction and reference alike), averaged over the structure-module
-    layers like the backbone FAPE (Alg 20 line 17; the layers' frame translations are their Cα).
+    layers like the backbone FAPE (Alg 20 line 17; each layer's frame translations are its Cα).
     ``window`` > 0 scores only the Cα within that many residues (``residue_index``) of the frame's
-    residue: a local, chirality-aware term on secondary structure (a helix's i → i+4 turn fits in 4).
+    residue: a local term (an α-helix's i → i+4 turn fits in a window of 4).
 
-    Not in AF2: it needs only Cα, so it also trains the chains with Cα atoms only (1FFK in the demo,
-    no backbone frames → no backbone FAPE); unlike the smooth lDDT (pairs < 15 Å) it scores all pairs
-    up to the clamp, so it penalises a compact ball; like FAPE it is not reflection-invariant.
-    Scalar (per-chain mean over frames × atoms, then batch mean); 0 contribution from chains without
-    any pseudo-frame.
+    Not in AF2. It needs Cα only, so it also trains chains without backbone frames; like FAPE it is
+    not reflection-invariant. ``out["sm_frames_trans"] [B, S, L, 3]`` Å → scalar (per-chain mean over
+    frames × atoms, then batch mean); chains without any pseudo-frame contribute 0.
     """
     true_ca, resolved, idx = batch["ca_coords"].float(), batch["residue_mask"], batch["residue_index"]
     true_frames, fmask = ca_pseudo_frames(true_ca, resolved, idx)

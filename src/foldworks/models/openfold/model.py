@@ -54,13 +54,12 @@ _BASE: dict[str, Any] = {
     "w_ca_lddt": 0.0,  # AF3 smooth lDDT of the final Cα (AF3 supp. 4.3.2)
     "w_ca_bond": 0.0,  # |Δd| of consecutive Cα–Cα distances, Å / 10
     "w_ca_fape": 0.0,  # FAPE of Cα in Cα pseudo-frames (Alg 21, Alg 28), layer mean
-    "ca_fape_clamp": 10.0,  # Å
     "ca_fape_window": 0,  # residues; > 0 scores only Cα within this sequence distance of the frame
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
     "openfold_initial": {**_BASE, "n_blocks": 48, "c_m": 256, "c_z": 128, "c_s": 384, "n_struct_layers": 8},
-    # Demo size for 2 CPU cores (see the package docstring for the measured step time).
+    # CPU demo size: 2 blocks, 4 structure layers, no dropout.
     "cpu_small": {**_BASE, "n_blocks": 2, "c_m": 32, "c_z": 32, "c_s": 64, "n_struct_layers": 4,
                   "c_hidden_msa": 16, "n_heads_msa": 4, "c_hidden_opm": 16, "c_hidden_mul": 32,
                   "c_hidden_tri": 16, "n_heads_tri": 2, "n_heads_ipa": 8, "n_v_points": 6, "c_resnet": 64,
@@ -120,9 +119,8 @@ class EvoformerModel(nn.Module):
         Dominated by the attention logits: triangle attention ``[rows, H_tri, L, L]`` and MSA row
         attention ``[N, H_msa, L, L]``, where ``rows``/``N`` are capped by ``chunk_size``; about
         four such buffers are live at once (bias, logits, softmax, grad-free temporaries), plus the
-        pair representation and its transition (``L² · c_z · 8``). Calibrated on ``cpu_small`` at
-        400 residues: estimate 2.2 GB unchunked / 0.33 GB with ``chunk_size=32`` vs peak RSS 2.2 / 0.69 GB
-        (RSS includes ~0.3 GB of interpreter, torch and weights). For a refusal message, not a guarantee.
+        pair representation and its transition (``L² · c_z · 8``). Excludes the interpreter, torch and
+        the weights. For a refusal message, not a guarantee.
         """
         chunk = self.cfg["chunk_size"] or max(length, n_msa_rows)
         n_rows = min(n_msa_rows, self.cfg["max_msa_clusters"])
@@ -237,7 +235,7 @@ class EvoformerModel(nn.Module):
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
             ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
-            ca_fape = (losses.ca_fape_loss(outputs, batch, cfg["ca_fape_clamp"], cfg["ca_fape_window"])
+            ca_fape = (losses.ca_fape_loss(outputs, batch, window=cfg["ca_fape_window"])
                        if cfg["w_ca_fape"] else ca_bond.new_zeros(()))
             total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
