@@ -105,7 +105,7 @@ class MSATrunkModel(nn.Module):
         return (x - centre) * w
 
     def loss(self, batch: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        """Weighted sum of dRMSD, aligned-coordinate, distogram and pLDDT terms (see module doc)."""
+        """Weighted sum of the dRMSD, aligned-coordinate, distogram, smooth-lDDT, bond and pLDDT terms (module doc)."""
         pred, true = outputs["ca_coords"].float(), batch["ca_coords"].float()
         resolved = batch["residue_mask"]
         d_pred, d_true = pairwise_distances(pred), pairwise_distances(true)

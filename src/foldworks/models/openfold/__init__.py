@@ -46,7 +46,8 @@ Differences from AF2 / OpenFold:
 * Initialisation: AF2's "final" zero init of residual outputs, gate init to 1, identity backbone
   update; other layers use PyTorch defaults (not AF2's LeCun normal).
 * Optional Cα loss terms (weight 0 = off = AF2): ``w_ca_lddt`` (AF3 smooth lDDT, AF3 supp. 4.3.2),
-  ``w_ca_bond`` (consecutive Cα–Cα distances), ``w_ca_fape`` with ``ca_fape_window`` (FAPE of Cα in Cα pseudo-frames); see :mod:`.losses`.
+  ``w_ca_bond`` (consecutive Cα–Cα distances), ``w_ca_fape`` with ``ca_fape_window`` (FAPE of Cα
+  in Cα pseudo-frames); see :mod:`.losses`.
 
 Sizes (:func:`count_parameters`): ``openfold_initial`` 90,084,149 parameters (+8,256 with the PAE
 head; no extra-MSA stack and no templates, so fewer than OpenFold's ~93 M); ``cpu_small``

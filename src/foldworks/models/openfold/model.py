@@ -107,6 +107,7 @@ class EvoformerModel(nn.Module):
 
     @property
     def chunk_size(self) -> int | None:
+        """Slice size (rows or residues) of the Evoformer's attention, triangle and OPM ops; None = unsliced."""
         return self.cfg["chunk_size"]
 
     @chunk_size.setter
