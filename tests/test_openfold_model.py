@@ -16,7 +16,7 @@ from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER, UNK_INDEX
 from foldworks.models import MODEL_REGISTRY, build_model
 from foldworks.models.common import distance_bins, lddt_ca
-from foldworks.models.openfold import all_atom, losses
+from foldworks.models.openfold import PRESETS, all_atom, losses
 from foldworks.models.openfold.heads import DISTOGRAM_BINS
 from foldworks.train.__main__ import main as train_main
 from foldworks.train.checkpoint import model_from_checkpoint
@@ -56,6 +56,19 @@ def test_registered_with_task_and_refuses_unknown_options() -> None:
         build_model("evoformer", {"no_such_option": 1})
     with pytest.raises(ValueError, match="unknown preset"):
         build_model("evoformer", {"preset": "huge"})
+
+
+def test_presets_default_to_af2_losses_and_refuse_removed_options() -> None:
+    """Every preset trains AF2's eq. 7 losses by default (the Cα terms are opt-in), and an experiment
+    config still naming a removed option fails at build time with the option's name."""
+    for preset in PRESETS.values():
+        weights = tuple(preset[k] for k in ("w_fape", "w_aux", "w_distogram", "w_msa", "w_plddt", "w_anglenorm"))
+        assert weights == (0.5, 0.5, 0.3, 2.0, 0.01, 0.02)
+        assert preset["w_ca_lddt"] == preset["w_ca_bond"] == preset["w_ca_fape"] == 0.0
+    for removed in ("w_ca_far", "w_ca_dist", "w_ca_local", "init_frames", "detach_rotations", "length_signal",
+                    "ca_fape_clamp"):
+        with pytest.raises(TypeError, match=f"unknown option.*{removed}"):
+            build_model("evoformer", {removed: 1})
 
 
 def test_output_contract(batch) -> None:
