@@ -16,7 +16,7 @@ from _features_fixture import build_feature_cache
 from foldworks.constants import ATOM_ORDER, UNK_INDEX
 from foldworks.models import MODEL_REGISTRY, build_model
 from foldworks.models.common import distance_bins, lddt_ca
-from foldworks.models.openfold import all_atom, losses
+from foldworks.models.openfold import PRESETS, all_atom, losses
 from foldworks.models.openfold.heads import DISTOGRAM_BINS
 from foldworks.train.__main__ import main as train_main
 from foldworks.train.checkpoint import model_from_checkpoint
@@ -56,6 +56,19 @@ def test_registered_with_task_and_refuses_unknown_options() -> None:
         build_model("evoformer", {"no_such_option": 1})
     with pytest.raises(ValueError, match="unknown preset"):
         build_model("evoformer", {"preset": "huge"})
+
+
+def test_presets_default_to_af2_losses_and_refuse_removed_options() -> None:
+    """Every preset trains AF2's eq. 7 losses by default (the Cα terms are opt-in), and an experiment
+    config still naming a removed option fails at build time with the option's name."""
+    for preset in PRESETS.values():
+        weights = tuple(preset[k] for k in ("w_fape", "w_aux", "w_distogram", "w_msa", "w_plddt", "w_anglenorm"))
+        assert weights == (0.5, 0.5, 0.3, 2.0, 0.01, 0.02)
+        assert preset["w_ca_lddt"] == preset["w_ca_bond"] == preset["w_ca_fape"] == 0.0
+    for removed in ("w_ca_far", "w_ca_dist", "w_ca_local", "init_frames", "detach_rotations", "length_signal",
+                    "ca_fape_clamp"):
+        with pytest.raises(TypeError, match=f"unknown option.*{removed}"):
+            build_model("evoformer", {removed: 1})
 
 
 def test_output_contract(batch) -> None:
@@ -287,20 +300,3 @@ def test_ca_fape_trains_ca_only_chains_in_fp32_under_bf16(batch) -> None:
         out16 = model(ca_only)
         loss16, logs16 = model.loss(ca_only, out16)
     assert loss16.dtype == torch.float32 and torch.isfinite(loss16) and logs16["ca_fape_loss"] > 0.0
-
-
-def test_length_signal_tells_the_structure_module_the_number_of_residues(batch) -> None:
-    """length_signal (issue 14, off by default): a learned function of log(residues present, the mask sum,
-    so padding does not count) is added to the structure module's input."""
-    plain = _model().eval()
-    assert plain.length_embed is None
-    model = _model(length_signal=True).eval()
-    captured = []
-    model.structure.register_forward_hook(lambda mod, inp, out: captured.append(inp[0].detach()))
-    one = {k: v[:1] for k, v in batch.items()}
-    with torch.no_grad():
-        model(one)
-        model.length_embed.weight.zero_()
-        model.length_embed.bias.zero_()
-        model(one)
-    assert not torch.allclose(captured[0], captured[1])  # the signal reaches the structure module's input

@@ -118,7 +118,7 @@ def lddt_ca(pred: Tensor, true: Tensor, residue_mask: Tensor, cutoff: float = 15
 
 
 def smooth_lddt_loss(pred: Tensor, true: Tensor, residue_mask: Tensor, cutoff: float = 15.0) -> Tensor:
-    """1 − differentiable lDDT-Cα (AF3-style): each threshold test ``|Δd| < t`` becomes
+    """1 − differentiable lDDT-Cα (AF3 supplement 4.3.2): each threshold test ``|Δd| < t`` becomes
     ``sigmoid(t − |Δd|)``; pairs as in :func:`lddt_ca`, pooled over the batch. Scalar in 0..1."""
     d_true = pairwise_distances(true.float())
     d_pred = pairwise_distances(pred.float())

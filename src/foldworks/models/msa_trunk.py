@@ -14,10 +14,8 @@
   distogram CE on the pair representation + ``w_lddt`` × (1 − smooth lDDT-Cα) + ``w_bond`` × mean |Δd| of
   consecutive Cα–Cα distances + ``w_plddt`` × CE of a 50-bin per-residue lDDT-Cα head whose
   targets are the lDDT-Cα of the (detached) predicted coordinates.
-* Defaults (tuned on the demo set, 400 steps): dRMSD and aligned-deviation weights 0 (they pull
-  uncertain whole chains into compact blobs and validation lDDT-Cα fell while they fell);
-  ``w_disto`` 3 so the distogram head, whose MDS embedding starts the structure head, learns
-  (at 0.3 its CE stayed near uniform and the start was a ~9 Å-radius blob for every chain).
+* Defaults: ``w_drmsd`` and ``w_coord`` 0, ``w_disto`` 3 (the distogram head's MDS embedding starts
+  the structure head); the measurements behind them are in docs/notes/evoformer_demo_history.md.
 """
 
 from __future__ import annotations
@@ -107,7 +105,7 @@ class MSATrunkModel(nn.Module):
         return (x - centre) * w
 
     def loss(self, batch: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-        """Weighted sum of dRMSD, aligned-coordinate, distogram and pLDDT terms (see module doc)."""
+        """Weighted sum of the dRMSD, aligned-coordinate, distogram, smooth-lDDT, bond and pLDDT terms (module doc)."""
         pred, true = outputs["ca_coords"].float(), batch["ca_coords"].float()
         resolved = batch["residue_mask"]
         d_pred, d_true = pairwise_distances(pred), pairwise_distances(true)

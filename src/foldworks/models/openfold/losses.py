@@ -6,8 +6,6 @@ returns per-batch scalars. Units: Å; FAPE length scale Z = 10 Å, clamp 10 Å (
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -200,15 +198,13 @@ def ca_pseudo_frames(ca: Tensor, residue_mask: Tensor, residue_index: Tensor) ->
 def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float = 10.0, window: int = 0) -> Tensor:
     """FAPE (Alg 28, clamp 10 Å, Z = 10 Å) of every resolved Cα in every Cα pseudo-frame
     (:func:`ca_pseudo_frames`, for prediction and reference alike), averaged over the structure-module
-    layers like the backbone FAPE (Alg 20 line 17; the layers' frame translations are their Cα).
+    layers like the backbone FAPE (Alg 20 line 17; each layer's frame translations are its Cα).
     ``window`` > 0 scores only the Cα within that many residues (``residue_index``) of the frame's
-    residue: a local, chirality-aware term on secondary structure (a helix's i → i+4 turn fits in 4).
+    residue: a local term (an α-helix's i → i+4 turn fits in a window of 4).
 
-    Not in AF2: it needs only Cα, so it also trains the chains with Cα atoms only (1FFK in the demo,
-    no backbone frames → no backbone FAPE); unlike the smooth lDDT (pairs < 15 Å) it scores all pairs
-    up to the clamp, so it penalises a compact ball; like FAPE it is not reflection-invariant.
-    Scalar (per-chain mean over frames × atoms, then batch mean); 0 contribution from chains without
-    any pseudo-frame.
+    Not in AF2. It needs Cα only, so it also trains chains without backbone frames; like FAPE it is
+    not reflection-invariant. ``out["sm_frames_trans"] [B, S, L, 3]`` Å → scalar (per-chain mean over
+    frames × atoms, then batch mean); chains without any pseudo-frame contribute 0.
     """
     true_ca, resolved, idx = batch["ca_coords"].float(), batch["residue_mask"], batch["residue_index"]
     true_frames, fmask = ca_pseudo_frames(true_ca, resolved, idx)
@@ -220,101 +216,3 @@ def ca_fape_loss(out: dict[str, Tensor], batch: dict[str, Tensor], clamp: float 
         pred_frames, _ = ca_pseudo_frames(pred_ca, resolved, idx)
         values.append(fape(pred_frames, true_frames, fmask, pred_ca, true_ca, resolved, clamp, pair_mask=near))
     return torch.stack(values).mean()
-
-
-def ca_internal_angles(ca: Tensor, eps: float = 1e-2) -> tuple[Tensor, Tensor]:
-    """Cα internal coordinates as (cos, sin) pairs: virtual bond angles ``[B, L−2, 2]`` (at Cα_i between
-    Cα_{i−1} and Cα_{i+1}) and virtual dihedrals ``[B, L−3, 2]`` (Cα_i..Cα_{i+3}; about +50° in a
-    right-handed α-helix, −50° in its mirror image). ``ca [B, L, 3]`` Å. ``eps`` (Å⁴) keeps both finite
-    on a collapsed structure, where they shrink towards (0, 0) instead of dividing by zero; that is why
-    this does not call ``all_atom._torsion``, which normalises to unit length, so its gradient grows as
-    1 / size near the black-hole start (measured: 631 per Å for four Cα spread over ~1e-3 Å, against
-    1e-9 here).
-    """
-    u, v = ca[:, :-2] - ca[:, 1:-1], ca[:, 2:] - ca[:, 1:-1]
-    uv = torch.sqrt((u * u).sum(-1) * (v * v).sum(-1) + eps)
-    angle = torch.stack([(u * v).sum(-1), torch.linalg.cross(u, v).norm(dim=-1)], -1) / uv[..., None]
-    b0, b1, b2 = ca[:, 1:-2] - ca[:, :-3], ca[:, 2:-1] - ca[:, 1:-2], ca[:, 3:] - ca[:, 2:-1]
-    n1, n2 = torch.linalg.cross(b0, b1), torch.linalg.cross(b1, b2)
-    b1_len = torch.sqrt((b1 * b1).sum(-1) + eps)
-    nn_ = torch.sqrt((n1 * n1).sum(-1) * (n2 * n2).sum(-1) + eps)
-    sin = (torch.linalg.cross(n1, n2) * b1).sum(-1) / b1_len
-    dihedral = torch.stack([(n1 * n2).sum(-1), sin], -1) / nn_[..., None]
-    return angle, dihedral
-
-
-LOCAL_THRESHOLDS_DEG = (15.0, 30.0, 60.0, 120.0)
-
-
-def ca_local_geometry_loss(out: dict[str, Tensor], batch: dict[str, Tensor], width: float = 0.1) -> Tensor:
-    """1 − a smooth fraction of Cα virtual bond angles and dihedrals (:func:`ca_internal_angles`) predicted
-    within 15 / 30 / 60 / 120° of the reference, like AF3's smooth lDDT (sigmoid tests, AF3 supp. 4.3.2)
-    on angles: the chord ``|(cos, sin)_pred − (cos, sin)_true|`` against each threshold's chord
-    ``2 sin(t / 2)``, sigmoid width ``width`` (chord units, ~6°). Averaged over the structure-module
-    layers (their frame translations are the Cα, Alg 20 line 17) like the backbone FAPE.
-
-    Not in AF2 (issue 14). The demo's other structure terms either ignore the hand of a turn (smooth lDDT,
-    distogram: distances) or average over it (L1 FAPE); a bounded, thresholded score rewards the most
-    likely local conformation (the mode, e.g. a right-handed helix) rather than the mean, and needs only
-    Cα, so the Cα-only chains train it too. 0 for identical structures (the score is divided by its
-    value at zero error), invariant to rigid motions, not to reflections. Windows need four (three for
-    angles) consecutive resolved residues whose ``residue_index`` steps by 1. Scalar: per-chain mean,
-    then batch mean over chains with windows.
-    """
-    true_ca, resolved, idx = batch["ca_coords"].float(), batch["residue_mask"], batch["residue_index"]
-    bonded = consecutive_pairs(resolved, idx)  # [B, L−1]
-    masks = (bonded[:, :-1] & bonded[:, 1:], bonded[:, :-2] & bonded[:, 1:-1] & bonded[:, 2:])
-    chords = torch.tensor([2.0 * math.sin(math.radians(t) / 2.0) for t in LOCAL_THRESHOLDS_DEG],
-                          device=true_ca.device)
-    perfect = torch.sigmoid(chords / width).mean()  # the score at zero error, so the loss is 0 there
-    true = ca_internal_angles(true_ca)
-    per_layer = []
-    for i in range(out["sm_frames_trans"].shape[1]):
-        pred = ca_internal_angles(out["sm_frames_trans"][:, i].float())
-        score, count = true_ca.new_zeros(true_ca.shape[0]), true_ca.new_zeros(true_ca.shape[0])
-        for p, t, m in zip(pred, true, masks):
-            chord = (p - t).norm(dim=-1)
-            s = torch.sigmoid((chords - chord[..., None]) / width).mean(-1) / perfect
-            score, count = score + (s * m).sum(-1), count + m.sum(-1)
-        has = count > 0
-        per_layer.append((1.0 - score[has] / count[has]).mean() if has.any() else true_ca.new_zeros(()))
-    return torch.stack(per_layer).mean()
-
-
-def ca_far_pair_loss(pred_ca: Tensor, batch: dict[str, Tensor], cutoff: float = 15.0,
-                     length_scale: float = 10.0) -> Tensor:
-    """Mean ``relu(cutoff − d_pred)`` (Å / ``length_scale``) over resolved Cα pairs whose reference distance
-    is at least ``cutoff`` (15 Å, the smooth lDDT's inclusion radius): the pairs lDDT never sees.
-
-    Not in AF2. One-sided, so it only pushes apart residues that are predicted closer than 15 Å but
-    are far in the reference, the error of a collapsed ball (demo: Cα radius of gyration 6–7 Å for
-    every length vs 11–17 Å true). Zero at the truth, invariant to rigid motions and reflections
-    (distances only). ``pred_ca [B, L, 3]`` Å; per-chain mean then batch mean; 0 for chains without
-    such pairs.
-    """
-    true_ca, resolved = batch["ca_coords"].float(), batch["residue_mask"]
-    d_true, d_pred = torch.cdist(true_ca, true_ca), torch.cdist(pred_ca, pred_ca)
-    pairs = (resolved[:, :, None] & resolved[:, None, :] & (d_true >= cutoff)).float()
-    per_chain = ((cutoff - d_pred).clamp(min=0.0) * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp(min=1.0)
-    return per_chain.mean() / length_scale
-
-
-def ca_distance_loss(pred_ca: Tensor, batch: dict[str, Tensor], length_scale: float = 10.0) -> Tensor:
-    """Mean ``|d_pred − d_true|`` (Å / ``length_scale``) over every pair of resolved Cα, at any distance.
-
-    Not in AF2. Why it exists (issue 14): the other structure losses saturate on a collapsed ball.
-    Clamped FAPE (Alg 28) gives no gradient for errors above 10 Å and the smooth lDDT only scores
-    pairs closer than 15 Å, with sigmoid tests that flatten beyond ~5 Å of error; and FAPE compares
-    *vectors* in local frames, whose L1 optimum under an unknown direction is the frame origin, so
-    an uncertain model shrinks. A distance error has a constant-size gradient at every error and, under
-    uncertainty, an optimum at the median distance of the pair, which grows with sequence separation,
-    so the predicted size follows chain length. Zero at the truth; invariant to rigid motions and
-    reflections. ``pred_ca [B, L, 3]`` Å; per-chain mean, then batch mean; 0 for chains without pairs.
-    """
-    true_ca, resolved = batch["ca_coords"].float(), batch["residue_mask"]
-    pairs = (resolved[:, :, None] & resolved[:, None, :]).float()
-    pairs = pairs * (1.0 - torch.eye(pairs.shape[-1], device=pairs.device))
-    d_true = torch.cdist(true_ca, true_ca)
-    d_pred = torch.sqrt(((pred_ca[:, :, None] - pred_ca[:, None]) ** 2).sum(-1) + 1e-8)
-    per_chain = ((d_pred - d_true).abs() * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp(min=1.0)
-    return per_chain.mean() / length_scale

@@ -50,42 +50,16 @@ _BASE: dict[str, Any] = {
     # + 0.01 L_conf; L_aux = backbone FAPE (layer mean) + L_torsion + 0.02 L_anglenorm (Alg 27).
     "w_fape": 0.5, "w_aux": 0.5, "w_distogram": 0.3, "w_msa": 2.0, "w_plddt": 0.01, "w_anglenorm": 0.02,
     "w_pae": 0.1,  # AF2 pTM fine-tuning weight of the aligned-error loss (supp. 1.9.7)
-    # Not in AF2 (0 = off): AF3's smooth lDDT loss (AF3 supp. 4.3.2, Eq. 4.4 sigmoid thresholds) on the
-    # final Cα. The only structure loss for chains with Cα atoms only (no backbone frames, so no FAPE).
-    "w_ca_lddt": 0.0,
-    # Not in AF2 (0 = off): mean |Δd| (Å / 10) of consecutive Cα–Cα distances against the reference,
-    # the Cα analogue of AF2's peptide-bond violation term (supp. 1.9.11); trains Cα-only chains too.
-    "w_ca_bond": 0.0,
-    # Not in AF2 (0 = off): FAPE of all Cα in Cα pseudo-frames (Alg 21 on Cα_{i-1}, Cα_i, Cα_{i+1}; Alg 28
-    # clamp 10 Å), layer mean: a global, chirality-aware signal for every chain incl. Cα-only ones.
-    "w_ca_fape": 0.0,
-    "ca_fape_clamp": 10.0,  # Å; errors above it give no gradient (AF2's FAPE clamp)
-    "ca_fape_window": 0,  # residues; > 0: only Cα within this sequence distance of the frame (local term)
-    # Not in AF2 (0 = off): mean relu(15 Å − d_pred) (Å / 10) over Cα pairs ≥ 15 Å apart in the reference,
-    # the pairs smooth lDDT ignores; pushes a collapsed ball apart.
-    "w_ca_far": 0.0,
-    # Not in AF2 (0 = off): mean |d_pred − d_true| (Å / 10) over all resolved Cα pairs (losses.ca_distance_loss);
-    # the one structure term whose gradient neither clamps nor vanishes for a collapsed ball (issue 14).
-    "w_ca_dist": 0.0,
-    # Not in AF2 (0 = off): 1 − smooth fraction of Cα virtual bond angles / dihedrals within 15–120° of the
-    # reference (losses.ca_local_geometry_loss): chirality-aware, mode-seeking local term (issue 14).
-    "w_ca_local": 0.0,
-    # Structure-module starting frames: "identity" (AF2's black hole, Alg 20 line 2) or "helix" (not in AF2:
-    # an ideal α-helix along the chain, centred; structure.helix_frames; issue 14).
-    "init_frames": "identity",
-    # Alg 20 line 20: stop the gradient of each layer's rotation into the next layer (AF2, True). False
-    # (not in AF2): Cα-only terms then train the rotation updates too, through the later layers'
-    # translations, which are applied in those frames (issue 14).
-    "detach_rotations": True,
-    # Not in AF2 (False = off): add a learned linear function of log(number of residues present) to the
-    # single representation entering the structure module, so it can size the fold by chain (crop) length;
-    # with the attention normalised and relative positions clipped at ±32 nothing else tells it (issue 14).
-    "length_signal": False,
+    # Cα terms not in AF2 (weight 0 = off; docs/models.md gives each one's measured reason).
+    "w_ca_lddt": 0.0,  # AF3 smooth lDDT of the final Cα (AF3 supp. 4.3.2)
+    "w_ca_bond": 0.0,  # |Δd| of consecutive Cα–Cα distances, Å / 10
+    "w_ca_fape": 0.0,  # FAPE of Cα in Cα pseudo-frames (Alg 21, Alg 28), layer mean
+    "ca_fape_window": 0,  # residues; > 0 scores only Cα within this sequence distance of the frame
 }
 PRESETS: dict[str, dict[str, Any]] = {
     # OpenFold initial training (AF2 supp. Table 4 model 1.1.1, without the extra-MSA stack).
     "openfold_initial": {**_BASE, "n_blocks": 48, "c_m": 256, "c_z": 128, "c_s": 384, "n_struct_layers": 8},
-    # Demo size for 2 CPU cores (see the package docstring for the measured step time).
+    # CPU demo size: 2 blocks, 4 structure layers, no dropout.
     "cpu_small": {**_BASE, "n_blocks": 2, "c_m": 32, "c_z": 32, "c_s": 64, "n_struct_layers": 4,
                   "c_hidden_msa": 16, "n_heads_msa": 4, "c_hidden_opm": 16, "c_hidden_mul": 32,
                   "c_hidden_tri": 16, "n_heads_tri": 2, "n_heads_ipa": 8, "n_v_points": 6, "c_resnet": 64,
@@ -124,9 +98,7 @@ class EvoformerModel(nn.Module):
             pair_dropout=cfg["pair_dropout"])
         self.single = nn.Linear(c_m, c_s)
         self.structure = StructureModule(c_s, c_z, cfg["n_struct_layers"], cfg["c_ipa"], cfg["n_heads_ipa"],
-                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"],
-                                         cfg["init_frames"], cfg["detach_rotations"])
-        self.length_embed = nn.Linear(1, c_s) if cfg["length_signal"] else None
+                                         cfg["n_qk_points"], cfg["n_v_points"], cfg["c_resnet"], cfg["sm_dropout"])
         self.distogram_head = DistogramHead(c_z)
         self.msa_head = MaskedMSAHead(c_m)
         self.plddt_head = PLDDTHead(c_s, cfg["c_plddt"])
@@ -135,6 +107,7 @@ class EvoformerModel(nn.Module):
 
     @property
     def chunk_size(self) -> int | None:
+        """Slice size (rows or residues) of the Evoformer's attention, triangle and OPM ops; None = unsliced."""
         return self.cfg["chunk_size"]
 
     @chunk_size.setter
@@ -147,9 +120,8 @@ class EvoformerModel(nn.Module):
         Dominated by the attention logits: triangle attention ``[rows, H_tri, L, L]`` and MSA row
         attention ``[N, H_msa, L, L]``, where ``rows``/``N`` are capped by ``chunk_size``; about
         four such buffers are live at once (bias, logits, softmax, grad-free temporaries), plus the
-        pair representation and its transition (``L² · c_z · 8``). Calibrated on ``cpu_small`` at
-        400 residues: estimate 2.2 GB unchunked / 0.33 GB with ``chunk_size=32`` vs peak RSS 2.2 / 0.69 GB
-        (RSS includes ~0.3 GB of interpreter, torch and weights). For a refusal message, not a guarantee.
+        pair representation and its transition (``L² · c_z · 8``). Excludes the interpreter, torch and
+        the weights. For a refusal message, not a guarantee.
         """
         chunk = self.cfg["chunk_size"] or max(length, n_msa_rows)
         n_rows = min(n_msa_rows, self.cfg["max_msa_clusters"])
@@ -225,9 +197,6 @@ class EvoformerModel(nn.Module):
         z = z + dz
         m, z = self.evoformer(m, z, msa_mask, pair_mask, self.cfg["chunk_size"])
         s = self.single(m[:, 0])
-        if self.length_embed is not None:  # log(n / 64): 0 at the demo crop, ±0.7 at half / double
-            n_res = mask.float().sum(-1).clamp(min=1.0)
-            s = s + self.length_embed(torch.log(n_res / 64.0)[:, None, None].to(s.dtype))
         sm = self.structure(s, z, aatype, mask)
         atom37, exists = all_atom.atom14_to_atom37(sm["atom14"], aatype)
         fmask = mask.float()
@@ -267,22 +236,14 @@ class EvoformerModel(nn.Module):
             ca_lddt = smooth_lddt_loss(outputs["ca_coords"].float(), batch["ca_coords"].float(),
                                        batch["residue_mask"])
             ca_bond = losses.ca_bond_loss(outputs["ca_coords"].float(), batch)
-            ca_fape = (losses.ca_fape_loss(outputs, batch, cfg["ca_fape_clamp"], cfg["ca_fape_window"])
+            ca_fape = (losses.ca_fape_loss(outputs, batch, window=cfg["ca_fape_window"])
                        if cfg["w_ca_fape"] else ca_bond.new_zeros(()))
-            ca_far = (losses.ca_far_pair_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_far"]
-                      else ca_bond.new_zeros(()))
-            ca_dist = (losses.ca_distance_loss(outputs["ca_coords"].float(), batch) if cfg["w_ca_dist"]
-                       else ca_bond.new_zeros(()))
-            ca_local = (losses.ca_local_geometry_loss(outputs, batch) if cfg["w_ca_local"]
-                        else ca_bond.new_zeros(()))
             total = (cfg["w_fape"] * sc_fape + cfg["w_aux"] * aux + cfg["w_distogram"] * disto
                      + cfg["w_msa"] * msa + cfg["w_plddt"] * plddt
-                     + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_ca_fape"] * ca_fape
-                     + cfg["w_ca_far"] * ca_far + cfg["w_ca_dist"] * ca_dist + cfg["w_ca_local"] * ca_local)
+                     + cfg["w_ca_lddt"] * ca_lddt + cfg["w_ca_bond"] * ca_bond + cfg["w_ca_fape"] * ca_fape)
             logs = {"fape_sidechain": sc_fape, "fape_backbone": bb_fape, "torsion": torsion,
                     "angle_norm": angle_norm, "disto_ce": disto, "msa_ce": msa, "plddt_ce": plddt,
-                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond, "ca_fape_loss": ca_fape,
-                    "ca_far_loss": ca_far, "ca_dist_loss": ca_dist, "ca_local_loss": ca_local}
+                    "ca_lddt_loss": ca_lddt, "ca_bond_loss": ca_bond, "ca_fape_loss": ca_fape}
             if "pae_logits" in outputs:
                 pae = losses.pae_loss(outputs["pae_logits"], outputs, ref)
                 total = total + cfg["w_pae"] * pae

@@ -9,10 +9,8 @@ drift from orthonormality within a few layers.
 
 from __future__ import annotations
 
-import functools
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -21,57 +19,6 @@ from foldworks.models.openfold import all_atom, rigid
 from foldworks.models.openfold.rigid import Frames
 
 POSITION_SCALE = 10.0  # Å per internal unit
-
-
-# Ideal α-helix backbone (Engh & Huber bond lengths / angles; φ −57.8°, ψ −47.0°, ω 180°): a right-handed
-# helix with Cα radius ≈ 2.3 Å, rise ≈ 1.5 Å and ≈ 100° per residue, as the evaluate stage's baseline.
-_HELIX_BONDS = {"n_ca": 1.458, "ca_c": 1.525, "c_n": 1.329}  # Å
-_HELIX_ANGLES = {"n_ca_c": 111.2, "ca_c_n": 116.2, "c_n_ca": 121.7}  # degrees
-_HELIX_TORSIONS = {"phi": -57.8, "psi": -47.0, "omega": 180.0}  # degrees
-INIT_FRAMES = ("identity", "helix")
-
-
-def _place(a: np.ndarray, b: np.ndarray, c: np.ndarray, bond: float, angle: float, torsion: float) -> np.ndarray:
-    """NeRF: the atom d with |cd| = ``bond``, angle bcd = ``angle`` and torsion abcd = ``torsion`` (degrees)."""
-    angle, torsion = math.radians(angle), math.radians(torsion)
-    bc = (c - b) / np.linalg.norm(c - b)
-    n = np.cross(b - a, bc)
-    n /= np.linalg.norm(n)
-    m = np.stack([bc, np.cross(n, bc), n], -1)
-    d2 = bond * np.array([-math.cos(angle), math.sin(angle) * math.cos(torsion), math.sin(angle) * math.sin(torsion)])
-    return c + m @ d2
-
-
-@functools.lru_cache(maxsize=4)
-def _ideal_helix_backbone(length: int) -> np.ndarray:
-    """N, CA, C ``[length, 3, 3]`` (Å, fp64) of an ideal α-helix built residue by residue (NeRF)."""
-    bonds, angles, tors = _HELIX_BONDS, _HELIX_ANGLES, _HELIX_TORSIONS
-    n0 = np.zeros(3)
-    ca0 = np.array([bonds["n_ca"], 0.0, 0.0])
-    t = math.radians(180.0 - angles["n_ca_c"])
-    c0 = ca0 + bonds["ca_c"] * np.array([math.cos(t), math.sin(t), 0.0])
-    atoms = [n0, ca0, c0]
-    for _ in range(length - 1):
-        atoms.append(_place(atoms[-3], atoms[-2], atoms[-1], bonds["c_n"], angles["ca_c_n"], tors["psi"]))
-        atoms.append(_place(atoms[-3], atoms[-2], atoms[-1], bonds["n_ca"], angles["c_n_ca"], tors["omega"]))
-        atoms.append(_place(atoms[-3], atoms[-2], atoms[-1], bonds["ca_c"], angles["n_ca_c"], tors["phi"]))
-    return np.stack(atoms).reshape(length, 3, 3)
-
-
-def helix_frames(shape: tuple[int, int], device: torch.device | None = None,
-                 dtype: torch.dtype = torch.float32) -> Frames:
-    """Backbone frames (Alg 21 on N, CA, C; translations in Å) of an ideal α-helix along the chain,
-    Cα centred on the origin; the same helix for every batch element, shape ``(B, L)``.
-
-    Residue ``i`` of the helix is position ``i`` of the (cropped, padded) chain, so chain breaks and
-    padding are ignored: it is a starting point, not a model of the chain.
-    """
-    b, length = shape
-    bb = _ideal_helix_backbone(max(length, 2))[:length]
-    bb = torch.as_tensor(bb - bb[:, 1].mean(0), dtype=torch.float64)
-    rot, trans = rigid.rigid_from_3_points(bb[:, 0], bb[:, 1], bb[:, 2])
-    rot = rot.to(device=device, dtype=dtype).expand(b, length, 3, 3).clone()
-    return rot, trans.to(device=device, dtype=dtype).expand(b, length, 3).clone()
 
 
 class InvariantPointAttention(nn.Module):
@@ -157,29 +104,16 @@ class AngleResnet(nn.Module):
 class StructureModule(nn.Module):
     """Alg 20: ``n_layers`` applications of one shared IPA layer + transition + backbone update.
 
-    Frames start at the identity ("black-hole" initialisation, Alg 20 line 2) with
-    ``init_frames="identity"`` (default, AF2). ``init_frames="helix"`` starts them instead at the
-    backbone frames of an ideal α-helix along the chain (:func:`helix_frames`, centred), so that with
-    the zero-initialised updates the untrained output *is* the idealised-helix baseline and the layers
-    refine from there. This is a structural prior and a departure from AF2 (supp. 1.8, Alg 20 line 2):
-    it assumes nothing about the fold but does fix a starting size (Rg grows with length as a helix's)
-    and a chirality, and the output is no longer independent of where the chain starts (the helix
-    runs along sequence position; IPA stays invariant to a global rigid motion of the starting frames).
-    Rotations are detached between layers (Alg 20 line 20) so gradients flow into each update only
-    through its own rotation; then only losses on the frames themselves (FAPE, side chains) train the
-    rotation updates. ``detach_rotations=False`` (not in AF2) keeps the gradient, so terms on the Cα
-    alone also train them through the later layers' translations, which are applied in those frames.
-    Returns per-layer frames (Å) and angles for the auxiliary losses, and the final all-atom
-    structure from the torsion angles (Alg 24).
+    Frames start at the identity ("black-hole" initialisation, Alg 20 line 2); rotations are
+    detached between layers (Alg 20 line 20), so each update's rotation is trained only through
+    its own layer's outputs. Returns per-layer frames (Å) and angles for the auxiliary losses, and
+    the final all-atom structure from the torsion angles (Alg 24).
     """
 
     def __init__(self, c_s: int, c_z: int, n_layers: int = 8, c_ipa: int = 16, n_heads_ipa: int = 12,
-                 n_qk_points: int = 4, n_v_points: int = 8, c_resnet: int = 128, dropout: float = 0.1,
-                 init_frames: str = "identity", detach_rotations: bool = True) -> None:
+                 n_qk_points: int = 4, n_v_points: int = 8, c_resnet: int = 128, dropout: float = 0.1) -> None:
         super().__init__()
-        if init_frames not in INIT_FRAMES:
-            raise ValueError(f"structure module: init_frames {init_frames!r} not one of {INIT_FRAMES}")
-        self.n_layers, self.init_frames, self.detach_rotations = n_layers, init_frames, detach_rotations
+        self.n_layers = n_layers
         self.norm_s, self.norm_z = nn.LayerNorm(c_s), nn.LayerNorm(c_z)
         self.lin_in = nn.Linear(c_s, c_s)
         self.ipa = InvariantPointAttention(c_s, c_z, c_ipa, n_heads_ipa, n_qk_points, n_v_points)
@@ -201,11 +135,7 @@ class StructureModule(nn.Module):
             s_initial = self.norm_s(s)
             z = self.norm_z(z)
             s = self.lin_in(s_initial)
-            if self.init_frames == "helix":
-                rot0, trans0 = helix_frames(tuple(s.shape[:2]), s.device)
-                frames = (rot0, trans0 / POSITION_SCALE)  # nm internally
-            else:
-                frames = rigid.identity(tuple(s.shape[:2]), s.device)
+            frames = rigid.identity(tuple(s.shape[:2]), s.device)
             rots, trans, angles, unnorm = [], [], [], []
             for layer in range(self.n_layers):
                 s = self.norm_ipa(self.drop(s + self.ipa(s, z, frames, mask)))
@@ -217,7 +147,7 @@ class StructureModule(nn.Module):
                 trans.append(frames[1] * POSITION_SCALE)
                 angles.append(norm)
                 unnorm.append(raw)
-                if layer < self.n_layers - 1 and self.detach_rotations:
+                if layer < self.n_layers - 1:  # Alg 20 line 20
                     frames = (frames[0].detach(), frames[1])
             final = (rots[-1], trans[-1])
             groups = all_atom.torsion_angles_to_frames(final, angles[-1], aatype)
