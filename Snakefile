@@ -25,6 +25,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/design.smk"
 include: "workflow/rules/failures.smk"
+include: "workflow/rules/inference.smk"
 
 
 rule all:
@@ -35,4 +36,5 @@ rule all:
         "data/msa/summary.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
+        inference_targets(),
     default_target: True
