@@ -7,7 +7,7 @@ import pytest
 
 from foldworks.ids import sequence_hash
 from foldworks.inference.confidence import predicted_tm_score, tm_d0
-from foldworks.inference.fasta import FastaError, parse_query_fasta, read_query_fasta, safe_name, split_valid
+from foldworks.inference.fasta import FastaError, parse_query_fasta, read_query_fasta, safe_name
 from foldworks.inference.run import ranking_rows
 
 
@@ -47,14 +47,6 @@ def test_long_header_is_truncated_and_file_errors_are_raised():
         parse_query_fasta("ACDE\n>a\nAC\n", "q.fasta")
     with pytest.raises(FastaError, match="no FASTA records"):
         parse_query_fasta("\n\n", "q.fasta")
-
-
-def test_split_valid_stops_without_keep_going():
-    records = parse_query_fasta(">a\nAC\n>b\nAZ\n>c\n\n", "q.fasta")
-    with pytest.raises(FastaError, match=r"record 'b': invalid letter 'Z' at position 2 .*1 more refused.*--keep-going"):
-        split_valid(records, keep_going=False)
-    valid, errors = split_valid(records, keep_going=True)
-    assert [r.name for r in valid] == ["a"] and len(errors) == 2
 
 
 def test_ranking_orders_by_confidence_then_lists_the_rest_in_file_order():

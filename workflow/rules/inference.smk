@@ -4,29 +4,30 @@
 # {name}_pae.json (families with an aligned-error head) and one ranking.tsv. Enabled by
 # `inference.fasta`; its outputs live under `inference.out_dir` (default results/inference).
 #
-# The FASTA is read when the workflow is loaded (foldworks.inference.fasta): a record with
-# letters outside the 20 amino acids + X, or an empty one, stops the run before any job with a line
-# naming the record; with --keep-going it is logged, listed in ranking.tsv as `invalid`, and the
-# other records are predicted. A record the memory guard (predict.max_memory_gb, or
-# inference.max_memory_gb) refuses, or whose prediction fails, is recorded (record JSON, ranking
-# status) without failing the run. Alignments go to their own tree (<out_dir>/msa/<hash>.a3m) with
-# the msa stage's tool and databases; an a3m in `inference.alignments_dir` named <name>.a3m or
-# <hash>.a3m is used instead of a search. Templates are not used by this stage.
+# The FASTA is read when the workflow is loaded (foldworks.inference.fasta). A record with letters
+# outside the 20 amino acids + X, or an empty one, gets a job that fails with one line naming the
+# record (and a warning at load): without --keep-going the run stops there; with it, the other
+# records are predicted and ranking.tsv lists the refused ones as `invalid`. Nothing is written for
+# them. A record the memory guard (predict.max_memory_gb, or inference.max_memory_gb) refuses, or
+# whose prediction fails, is recorded (record JSON, ranking status) without failing the run.
+# Alignments go to their own tree (<out_dir>/msa/<hash>.a3m) with the msa stage's tool and
+# databases; an a3m in `inference.alignments_dir` named <name>.a3m or <hash>.a3m is used instead
+# of a search. Templates are not used by this stage. Target: `snakemake inference`.
 
 import re
 
-from foldworks.inference.fasta import read_query_fasta, split_valid
+from foldworks.inference.fasta import read_query_fasta
 
 INF_CFG = config.get("inference") or {}
 INF_OUT = str(INF_CFG.get("out_dir") or "results/inference").rstrip("/")
-INF_RECORDS = []
-if INF_CFG.get("fasta"):
-    _keep_going = bool(getattr(getattr(workflow, "execution_settings", None), "keep_going", False))
-    INF_RECORDS, _inf_errors = split_valid(read_query_fasta(INF_CFG["fasta"]), _keep_going)
-    for _error in _inf_errors:
-        logger.warning(f"inference: {_error}; not predicted (--keep-going)")
-    if not (INF_CFG.get("checkpoint") or INF_CFG.get("experiment")):
-        raise ValueError("inference: give inference.checkpoint (a .ckpt file) or inference.experiment")
+INF_ALL = read_query_fasta(INF_CFG["fasta"]) if INF_CFG.get("fasta") else []
+INF_RECORDS = [record for record in INF_ALL if record.valid]
+INF_INVALID = [record.name for record in INF_ALL if not record.valid]
+for _record in INF_ALL:
+    if _record.error:
+        logger.warning(f"inference: {_record.error}")
+if INF_ALL and not (INF_CFG.get("checkpoint") or INF_CFG.get("experiment")):
+    raise ValueError("inference: give inference.checkpoint (a .ckpt file) or inference.experiment")
 INF_BY_NAME = {record.name: record for record in INF_RECORDS}
 INF_HASHES = sorted({record.sequence_hash for record in INF_RECORDS})
 INF_CHECKPOINT = INF_CFG.get("checkpoint") or f"results/checkpoints/{INF_CFG.get('experiment')}/best.ckpt"
@@ -39,8 +40,11 @@ INF_SETTINGS = json.dumps({
 
 
 def inference_targets() -> list[str]:
-    """The ranking (which needs every record's prediction) when `inference.fasta` is set."""
-    return [f"{INF_OUT}/ranking.tsv"] if INF_CFG.get("fasta") else []
+    """The ranking (which needs every valid record's prediction) and the refused records' jobs,
+    when `inference.fasta` is set."""
+    if not INF_CFG.get("fasta"):
+        return []
+    return [f"{INF_OUT}/ranking.tsv", *(f"{INF_OUT}/records/{name}.json" for name in INF_INVALID)]
 
 
 def inference_a3m(wildcards) -> str:
@@ -51,6 +55,28 @@ def inference_a3m(wildcards) -> str:
         if Path(folder, f"{stem}.a3m").is_file():
             return str(Path(folder, f"{stem}.a3m"))
     return f"{INF_OUT}/msa/{record.sequence_hash}.a3m"
+
+
+rule inference:
+    input:
+        inference_targets(),
+    localrule: True
+
+
+rule inference_refused:
+    input:
+        fasta=INF_CFG.get("fasta") or [],
+    output:
+        record=f"{INF_OUT}/records/{{name}}.json",
+    wildcard_constraints:
+        name=experiment_pattern([re.escape(name) for name in INF_INVALID]),
+    localrule: True
+    conda:
+        "../../envs/python.yaml"
+    log:
+        f"logs/inference/predict/{{name}}.log",
+    shell:
+        "python -m foldworks.inference check --fasta {input.fasta:q} --name {wildcards.name} 2> {log:q}"
 
 
 rule inference_query:

@@ -4,6 +4,7 @@
     python -m foldworks.inference predict --checkpoint best.ckpt --name NAME --sequence MKV... \\
         --a3m results/inference/msa/<hash>.a3m --out-dir results/inference \\
         --record results/inference/records/NAME.json --settings '{"max_memory_gb": 32}'
+    python -m foldworks.inference check --fasta queries.fasta --name NAME
     python -m foldworks.inference rank --fasta queries.fasta --records results/inference/records/*.json \\
         --out results/inference/ranking.tsv
 
@@ -66,6 +67,22 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    try:
+        records = read_query_fasta(args.fasta)
+    except (FastaError, OSError) as exc:
+        LOG.error("%s", exc)
+        return 1
+    found = [record for record in records if record.name == args.name]
+    if not found:
+        LOG.error("%s: no record named %r", args.fasta, args.name)
+        return 1
+    if found[0].error:
+        LOG.error("%s", found[0].error)
+        return 1
+    return 0
+
+
 def _rank(args: argparse.Namespace) -> int:
     from foldworks.inference.run import RANKING_HEADER, ranking_rows
 
@@ -102,13 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("--settings", default="{}", help="JSON: max_msa_rows, seed, "
                          "allow_single_sequence_fallback, max_memory_gb (GiB, 0: no limit)")
     predict.add_argument("--threads", type=int, default=1)
+    check = sub.add_parser("check", help="exit 1 with the reason when the FASTA record is refused")
+    check.add_argument("--fasta", required=True, type=Path)
+    check.add_argument("--name", required=True, help="the record's safe name")
     rank = sub.add_parser("rank", help="write ranking.tsv of every FASTA record")
     rank.add_argument("--fasta", required=True, type=Path)
     rank.add_argument("--records", nargs="*", default=[], help="record JSON files")
     rank.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     setup_logging("inference")
-    return {"query": _query, "predict": _predict, "rank": _rank}[args.command](args)
+    return {"query": _query, "predict": _predict, "check": _check, "rank": _rank}[args.command](args)
 
 
 if __name__ == "__main__":

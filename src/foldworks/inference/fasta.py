@@ -121,15 +121,3 @@ def read_query_fasta(path: str | os.PathLike[str]) -> list[QueryRecord]:
     with open(path, encoding="utf-8", errors="replace") as handle:
         return parse_query_fasta(handle.read(), str(path))
 
-
-def split_valid(records: list[QueryRecord], keep_going: bool) -> tuple[list[QueryRecord], list[str]]:
-    """``(valid records, errors of the refused ones)``.
-
-    Without ``keep_going`` a refused record stops everything before any work: raises
-    :class:`FastaError` with the first error (and how many more), so nothing is written.
-    """
-    errors = [record.error for record in records if record.error]
-    if errors and not keep_going:
-        more = f" (and {len(errors) - 1} more refused record(s))" if len(errors) > 1 else ""
-        raise FastaError(f"{errors[0]}{more}; fix the FASTA, or run with --keep-going to predict the others")
-    return [record for record in records if record.valid], errors
