@@ -36,5 +36,5 @@ rule all:
         "data/msa/summary.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
-        inference_targets(),
+        INFERENCE_TARGETS,
     default_target: True

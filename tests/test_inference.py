@@ -61,10 +61,14 @@ def workflow_run(trained, pdb_mirror: Path, tmp_path_factory: pytest.TempPathFac
     text = "".join(f">{header}\n{seq[:30]}\n{seq[30:]}\n" for header, seq in queries.items())
     text += f">ubiquitin copy\n{queries['ubiquitin'].lower()}\n>bad\nMKTBAYIAK\n>empty\n"
     (workdir / "queries.fasta").write_text(text)
+    crambin = queries["crambin|A plant"]
+    (workdir / "a3m").mkdir()  # a precomputed alignment for one record: used instead of a search
+    (workdir / "a3m/crambin_A.a3m").write_text(f">crambin\n{crambin}\n>homolog\n{'G' * 5}{crambin[5:]}\n")
     (workdir / "db.fasta").write_text("".join(f">{e}\n{s}\n" for e, s in chains["sequence"].items()))
     config = {"pdb": {"entries": ["1crn"], "source": str(pdb_mirror)},
               "msa": {"databases": [{"name": "foldworks", "fasta": [str(workdir / "db.fasta")], "iterations": 1}]},
-              "inference": {"fasta": str(workdir / "queries.fasta"), "checkpoint": str(checkpoint)}}
+              "inference": {"fasta": str(workdir / "queries.fasta"), "checkpoint": str(checkpoint),
+                            "alignments_dir": str(workdir / "a3m")}}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     stopped = snakemake(workdir, "inference", timeout=600)
     stopped_ranking = (workdir / "results/inference/ranking.tsv").exists()
@@ -73,6 +77,7 @@ def workflow_run(trained, pdb_mirror: Path, tmp_path_factory: pytest.TempPathFac
     return workdir, queries, (stopped, stopped_ranking, result)
 
 
+@pytest.mark.slow
 def test_fasta_predicted_end_to_end(workflow_run) -> None:
     workdir, queries, _ = workflow_run
     out = workdir / "results/inference"
@@ -96,14 +101,17 @@ def test_fasta_predicted_end_to_end(workflow_run) -> None:
         pae = json.loads((out / f"{name}_pae.json").read_text())[0]
         assert np.array(pae["predicted_aligned_error"]).shape == (len(sequence),) * 2
         assert 0.0 < float(row["ptm"]) < 1.0
-    # each unique sequence aligned once, with the real search (metadata of the msa stage)
+    # each unique sequence without a precomputed alignment searched once, with the msa stage's tool
     a3ms = sorted(p.stem for p in (out / "msa").glob("*.a3m"))
-    assert a3ms == sorted({sequence_hash(s) for s in expected.values()})
+    assert a3ms == sorted({sequence_hash(queries["bpti"]), sequence_hash(queries["ubiquitin"])})
     record = json.loads((out / "records/ubiquitin.json").read_text())
     assert record["msa_source"] == "hhblits" and record["msa_rows"] >= 1
+    record = json.loads((out / "records/crambin_A.json").read_text())
+    assert (record["msa_source"], record["msa_rows"]) == ("a3m", 2)
     assert not list(out.rglob(".*"))  # no temp files left behind
 
 
+@pytest.mark.slow
 def test_bad_records_are_named_and_skipped_with_keep_going(workflow_run) -> None:
     workdir, _, (stopped, stopped_ranking, kept_going) = workflow_run
     assert stopped.returncode != 0 and not stopped_ranking  # without --keep-going: stops, no ranking

@@ -78,3 +78,17 @@ def test_ptm_of_certain_and_uncertain_logits():
     mixed[3] = certain[3]  # one aligned residue with confident errors: pTM is the max over rows
     assert predicted_tm_score(mixed, centers) == pytest.approx(predicted_tm_score(certain, centers))
     assert tm_d0(5) == pytest.approx(tm_d0(19))
+
+
+def test_alignment_path_prefers_a_precomputed_a3m(tmp_path):
+    from foldworks.inference.plan import alignment_path, inference_targets
+
+    first, second, bad = parse_query_fasta(">one\nACDE\n>two\nFGHI\n>bad\nJ\n")
+    (tmp_path / "one.a3m").write_text(">one\nACDE\n")
+    (tmp_path / f"{second.sequence_hash}.a3m").write_text(">two\nFGHI\n")
+    assert alignment_path(first, "out", tmp_path) == str(tmp_path / "one.a3m")
+    assert alignment_path(second, "out", tmp_path) == str(tmp_path / f"{second.sequence_hash}.a3m")
+    assert alignment_path(first, "out", None) == f"out/msa/{first.sequence_hash}.a3m"
+    assert alignment_path(first, "out", tmp_path / "absent") == f"out/msa/{first.sequence_hash}.a3m"
+    assert inference_targets([first, second, bad], "out") == ["out/ranking.tsv", "out/records/bad.json"]
+    assert inference_targets([], "out") == []

@@ -17,6 +17,7 @@
 import re
 
 from foldworks.inference.fasta import read_query_fasta
+from foldworks.inference.plan import alignment_path, inference_targets
 
 INF_CFG = config.get("inference") or {}
 INF_OUT = str(INF_CFG.get("out_dir") or "results/inference").rstrip("/")
@@ -37,29 +38,13 @@ INF_SETTINGS = json.dumps({
     "max_memory_gb": float(INF_CFG["max_memory_gb"] if INF_CFG.get("max_memory_gb") is not None
                            else config["predict"].get("max_memory_gb", 0)),
 }, sort_keys=True)
-
-
-def inference_targets() -> list[str]:
-    """The ranking (which needs every valid record's prediction) and the refused records' jobs,
-    when `inference.fasta` is set."""
-    if not INF_CFG.get("fasta"):
-        return []
-    return [f"{INF_OUT}/ranking.tsv", *(f"{INF_OUT}/records/{name}.json" for name in INF_INVALID)]
-
-
-def inference_a3m(wildcards) -> str:
-    """The record's precomputed a3m (<alignments_dir>/<name>.a3m or <hash>.a3m), else the searched one."""
-    record = INF_BY_NAME[wildcards.name]
-    folder = INF_CFG.get("alignments_dir")
-    for stem in ((record.name, record.sequence_hash) if folder else ()):
-        if Path(folder, f"{stem}.a3m").is_file():
-            return str(Path(folder, f"{stem}.a3m"))
-    return f"{INF_OUT}/msa/{record.sequence_hash}.a3m"
+#: What `snakemake inference` (and `rule all`) asks for: the ranking and the refused records' jobs.
+INFERENCE_TARGETS = inference_targets(INF_ALL, INF_OUT)
 
 
 rule inference:
     input:
-        inference_targets(),
+        INFERENCE_TARGETS,
     localrule: True
 
 
@@ -106,7 +91,7 @@ rule inference_msa:
     params:
         search=MSA_SEARCH_PARAMS,
         code=MSA_SEARCH_CODE,
-        out_dir=f"{INF_OUT}/msa",
+        out_dir=lambda wildcards, output: os.path.dirname(output.a3m),
         failure=f"{INF_OUT}/failures/msa/{{seqhash}}.json",
         failure_dir=f"{INF_OUT}/failures/msa",
     threads: 1 if MSA_CFG["tool"] == "hhblits" else 2
@@ -128,7 +113,7 @@ rule inference_msa:
 rule inference_predict:
     input:
         checkpoint=INF_CHECKPOINT,
-        a3m=inference_a3m,
+        a3m=lambda wildcards: alignment_path(INF_BY_NAME[wildcards.name], INF_OUT, INF_CFG.get("alignments_dir")),
     output:
         record=f"{INF_OUT}/records/{{name}}.json",
     wildcard_constraints:
@@ -136,7 +121,7 @@ rule inference_predict:
     params:
         sequence=lambda wildcards: INF_BY_NAME[wildcards.name].sequence,
         settings=INF_SETTINGS,
-        out_dir=INF_OUT,
+        out_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output.record)),
         code=code_hash("inference", "predict", "features", "models"),
     threads: 2
     resources:
