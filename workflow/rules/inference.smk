@@ -27,10 +27,12 @@ INF_INVALID = [record.name for record in INF_ALL if not record.valid]
 for _record in INF_ALL:
     if _record.error:
         logger.warning(f"inference: {_record.error}")
-if INF_ALL and not (INF_CFG.get("checkpoint") or INF_CFG.get("experiment")):
-    raise ValueError("inference: give inference.checkpoint (a .ckpt file) or inference.experiment")
+if INF_ALL and not INF_CFG.get("checkpoint"):
+    if INF_CFG.get("experiment") not in STRUCTURE_EXPERIMENTS:
+        raise ValueError(f"inference: give inference.checkpoint (a .ckpt file) or inference.experiment, one of "
+                         f"the structure experiments {STRUCTURE_EXPERIMENTS} (got {INF_CFG.get('experiment')!r})")
 INF_BY_NAME = {record.name: record for record in INF_RECORDS}
-INF_HASHES = sorted({record.sequence_hash for record in INF_RECORDS})
+INF_SEQUENCES = {record.sequence_hash: record.sequence for record in INF_RECORDS}
 INF_CHECKPOINT = INF_CFG.get("checkpoint") or f"results/checkpoints/{INF_CFG.get('experiment')}/best.ckpt"
 INF_SETTINGS = json.dumps({
     "max_msa_rows": int(config["features"]["max_msa_rows"]), "seed": int(config["features"]["seed"]),
@@ -70,7 +72,7 @@ rule inference_query:
     wildcard_constraints:
         seqhash="[0-9a-f]{20}",
     params:
-        sequence=lambda wildcards: next(r.sequence for r in INF_RECORDS if r.sequence_hash == wildcards.seqhash),
+        sequence=lambda wildcards: INF_SEQUENCES[wildcards.seqhash],
     localrule: True
     conda:
         "../../envs/python.yaml"
