@@ -92,3 +92,23 @@ def test_alignment_path_prefers_a_precomputed_a3m(tmp_path):
     assert alignment_path(first, "out", tmp_path / "absent") == f"out/msa/{first.sequence_hash}.a3m"
     assert inference_targets([first, second, bad], "out") == ["out/ranking.tsv", "out/records/bad.json"]
     assert inference_targets([], "out") == []
+
+
+def test_cli_check_query_and_rank(tmp_path, caplog):
+    import csv
+
+    from foldworks.inference.__main__ import main
+
+    fasta = tmp_path / "q.fasta"
+    fasta.write_text(">good\nMKV\n>bad\nMK1\n")
+    assert main(["check", "--fasta", str(fasta), "--name", "good"]) == 0
+    assert main(["check", "--fasta", str(fasta), "--name", "bad"]) == 1
+    assert "record 'bad': invalid letter '1' at position 3" in caplog.text
+    assert main(["check", "--fasta", str(fasta), "--name", "other"]) == 1 and "no record named 'other'" in caplog.text
+    assert main(["query", "--sequence", "mkv", "--out", str(tmp_path / "s.fasta")]) == 0
+    assert (tmp_path / "s.fasta").read_text() == f">{sequence_hash('MKV')}\nMKV\n"
+    assert main(["query", "--sequence", "MK-", "--out", str(tmp_path / "t.fasta")]) == 1
+    assert not (tmp_path / "t.fasta").exists()
+    assert main(["rank", "--fasta", str(fasta), "--records", "", "--out", str(tmp_path / "ranking.tsv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "ranking.tsv"), delimiter="\t"))
+    assert [(r["name"], r["status"]) for r in rows] == [("good", "missing"), ("bad", "invalid")]
