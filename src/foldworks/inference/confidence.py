@@ -6,6 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def bin_centers_from_breaks(breaks: np.ndarray) -> np.ndarray:
+    """Centres ``[n + 1]`` (Å) of the aligned-error bins whose inner edges are ``breaks [n]``
+    (evenly spaced): each edge plus half a step, and one more step for the open last bin, as
+    AlphaFold computes them."""
+    breaks = np.asarray(breaks, np.float64).reshape(-1)
+    if breaks.size < 2:
+        raise ValueError(f"need at least 2 bin edges, got {breaks.size}")
+    step = breaks[1] - breaks[0]
+    centers = breaks + step / 2.0
+    return np.append(centers, centers[-1] + step)
+
+
 def tm_d0(n_residues: int) -> float:
     """TM-score distance scale ``d0(N) = 1.24 (max(N, 19) - 15)^(1/3) - 1.8`` (Å), N clipped to
     at least 19 as AlphaFold does (AF2 supplement 1.9.7, eq. 39)."""
