@@ -29,6 +29,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/design.smk"
 include: "workflow/rules/failures.smk"
+include: "workflow/rules/inference.smk"
 
 
 rule all:
@@ -39,4 +40,5 @@ rule all:
         "data/msa/summary.tsv",
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
+        INFERENCE_TARGETS,
     default_target: True

@@ -136,7 +136,7 @@ def subsample_rows(n_rows: int, max_rows: int, seed: int, seq_hash: str) -> np.n
 
 def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str | None, target: str,
                    max_msa_rows: int = DEFAULT_MAX_MSA_ROWS, seed: int = 0,
-                   allow_fallback: bool = False) -> dict[str, np.ndarray]:
+                   allow_fallback: bool = False, chain_target: bool = True) -> dict[str, np.ndarray]:
     """Feature arrays of one chain (keys :data:`FEATURE_KEYS`, dtypes as DATA_FORMATS.md §5).
 
     ``chain_arrays`` holds ``aatype [L]``, ``atom_positions [L, 37, 3]`` (Å), ``atom_mask
@@ -146,9 +146,11 @@ def build_features(chain_arrays: Mapping[str, np.ndarray], a3m_text: str | None,
     tool or :data:`FALLBACK_SOURCE`. ``a3m_text=None`` (no alignment at all) and a failed
     search's placeholder a3m are allowed only with ``allow_fallback``. Raises
     :class:`FeatureError` naming ``target`` on any inconsistency (:class:`MissingMsaError`
-    for a refused missing MSA).
+    for a refused missing MSA). ``chain_target=False``: ``target`` is a free name (a FASTA
+    record of the inference stage), not ``{entry}_{chain}``.
     """
-    split_target(target)
+    if chain_target:
+        split_target(target)
     arrays = _chain_arrays(chain_arrays, target)
     if a3m_text is None:
         if not allow_fallback:
