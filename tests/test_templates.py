@@ -1,0 +1,130 @@
+"""Template database, hhsearch, per-chain selection and features on real mirror entries.
+
+A few globins, trypsin-like proteases and lysozymes are parsed into a temporary directory; the
+template database is built from their chains and every unique sequence is searched with the
+real hhsearch (single-sequence queries: no MSA stage), which takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import require_tool
+from foldworks.chains.table import read_parsed_records, rows_to_frame
+from foldworks.parse.core import parse_entry
+from foldworks.parse.io import write_parsed
+from foldworks.templates import db, search, select
+from foldworks.templates.config import resolve_templates_config, search_slice, select_slice
+from foldworks.templates.hhr import Hit, parse_hhr
+
+GLOBINS = ["2hhb", "4hhb"]
+TRYPSINS = ["1a4w", "1gbt", "1sfi", "3ptb", "4zhl"]
+ENTRIES = GLOBINS + TRYPSINS + ["1aki", "4lzt", "1crn"]
+
+
+def build_table(pdb_mirror: Path, parsed_dir: Path, entries: list[str]) -> pd.DataFrame:
+    """Parse ``entries`` of the mirror into ``parsed_dir``; their chain table, every chain passed."""
+    parsed_dir.mkdir(parents=True, exist_ok=True)
+    for entry in entries:
+        source = next(pdb_mirror.glob(f"{entry}.*"))
+        write_parsed(parse_entry(source, entry), parsed_dir / f"{entry}.npz", parsed_dir / f"{entry}.json")
+    rows, failed = read_parsed_records(sorted(parsed_dir.glob("*.json")))
+    assert not failed
+    return rows_to_frame(rows).assign(passed_filters=True)
+
+
+def write_queries(table: pd.DataFrame, sequences_dir: Path) -> list[str]:
+    """One-sequence FASTA per unique hash in the layout of data/sequences; the hashes."""
+    unique = dict(zip(table["sequence_hash"], table["sequence"]))
+    for seq_hash, sequence in unique.items():
+        path = sequences_dir / seq_hash[:2] / f"{seq_hash}.fasta"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f">{seq_hash}\n{sequence}\n")
+    return sorted(unique)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, pdb_mirror) -> dict:
+    require_tool("hhsearch")
+    root = tmp_path_factory.mktemp("templates")
+    table = build_table(pdb_mirror, root / "parsed", ENTRIES)
+    table.to_parquet(root / "chains.parquet")
+    cfg = resolve_templates_config({"enabled": True, "segment_chars": 0})
+    records = db.build_database(root / "chains.parquet", root / "db", chars=0)
+    hashes = write_queries(table, root / "sequences")
+    code = search.main(["--key", "", "--segment", "all", "--items", ",".join(hashes),
+                        "--manifest", str(root / "hits/shards/all.tsv"), "--db-record", str(root / "db/all.json"),
+                        "--params", json.dumps(search_slice(cfg)), "--msa-dir", str(root / "msa"),
+                        "--sequences-dir", str(root / "sequences"), "--hits-dir", str(root / "hits"),
+                        "--failures-dir", str(root / "failures")])
+    assert code == 0
+    members = db.read_members(root / "db/members.tsv")
+    selected = select.select_templates(table, members, root / "hits", 0, select_slice(cfg))
+    return {"root": root, "table": table, "records": records, "members": members, "selected": selected, "cfg": cfg}
+
+
+def _release(table: pd.DataFrame) -> dict[str, str]:
+    return {f"{e}_{c}": str(d) for e, c, d in zip(table["entry"], table["chain"], table["release_date"])}
+
+
+def test_database_holds_every_protein_chain_once_per_sequence(run):
+    table, members = run["table"], run["members"]
+    assert len(members) == len(table[table["molecule_type"] == "protein"])
+    assert run["records"][0]["n_sequences"] == members["sequence_hash"].nunique()
+    assert (run["root"] / "db/all_a3m.ffindex").read_text().count("\n") == members["sequence_hash"].nunique()
+
+
+def test_no_template_from_own_entry_or_released_on_or_after_the_query(run):
+    selected, release = run["selected"], _release(run["table"])
+    assert len(selected) > 0
+    for row in selected.itertuples():
+        assert row.template.split("_")[0] != row.query.split("_")[0], row
+        assert release[row.template] < release[row.query], row
+        assert row.template_release_date == release[row.template] and row.cutoff_date == release[row.query]
+
+
+def test_globins_and_trypsins_get_family_templates(run):
+    selected = run["selected"]
+    chosen = selected.groupby("query")["template"].apply(set).to_dict()
+    # 2hhb (1984-07-18) may use 4hhb (1984-07-17); the identical chain is a duplicate, the other globin is not
+    assert chosen["2hhb_A"] == {"4hhb_B"} and chosen["2hhb_B"] == {"4hhb_A"}
+    assert "4hhb_A" not in chosen, "2hhb is released after 4hhb: no template for 4hhb"
+    # thrombin (1998) and the 2015 protease get trypsin templates; the earliest trypsin chain stands for its sequence
+    assert "3ptb_A" in chosen["1a4w_H"] and {"3ptb_A", "1a4w_H"} <= chosen["4zhl_U"]
+    assert not selected["template"].isin(["1gbt_A", "1sfi_A"]).any()
+    assert set(selected["query"].str[:4]) <= set(GLOBINS + TRYPSINS), "lysozymes have no earlier homolog here"
+    assert (selected.groupby("query")["rank"].apply(lambda r: list(r) == list(range(1, len(r) + 1)))).all()
+
+
+def test_inference_cutoff_changes_the_set(run):
+    cfg = {**select_slice(run["cfg"]), "max_template_date": "2000-01-01"}
+    later = select.select_templates(run["table"], run["members"], run["root"] / "hits", 0, cfg)
+    chosen = later.groupby("query")["template"].apply(set).to_dict()
+    assert chosen["4hhb_A"] == {"2hhb_B"}, "with a fixed date after both, 4hhb may use 2hhb"
+    assert "4zhl_U" in chosen and (later["template_release_date"] < "2000-01-01").all()
+    early = select.select_templates(run["table"], run["members"], run["root"] / "hits", 0,
+                                    {**cfg, "max_template_date": "1984-01-01"})
+    # only 3ptb (1983) is older; the trypsins sharing its sequence get none (duplicates of the query)
+    assert set(early["template"]) == {"3ptb_A"} and set(early["query"]) == {"1a4w_H", "4zhl_U"}
+
+
+def test_max_hits_caps_each_chain(run):
+    capped = select.select_templates(run["table"], run["members"], run["root"] / "hits", 0,
+                                     {**select_slice(run["cfg"]), "max_hits": 1})
+    assert capped.groupby("query").size().max() == 1
+    best = run["selected"][run["selected"]["rank"] == 1].set_index("query")["template"]
+    assert capped.set_index("query")["template"].equals(best)
+
+
+def test_empty_database_is_a_clear_error(tmp_path):
+    table = pd.DataFrame({"entry": ["1bna"], "chain": ["A"], "molecule_type": ["dna"], "sequence": ["CGCGAATTCGCG"],
+                          "sequence_hash": ["0" * 20], "release_date": ["1981-01-01"]})
+    table.to_parquet(tmp_path / "chains.parquet")
+    with pytest.raises(db.EmptyTemplateDatabaseError, match="no protein chain"):
+        db.build_database(tmp_path / "chains.parquet", tmp_path / "db", chars=1)
+    assert not (tmp_path / "db").exists() or not list((tmp_path / "db").iterdir())
