@@ -128,3 +128,58 @@ def test_empty_database_is_a_clear_error(tmp_path):
     with pytest.raises(db.EmptyTemplateDatabaseError, match="no protein chain"):
         db.build_database(tmp_path / "chains.parquet", tmp_path / "db", chars=1)
     assert not (tmp_path / "db").exists() or not list((tmp_path / "db").iterdir())
+
+
+def test_hit_index_pairs_skip_gaps_on_either_side():
+    hit = Hit("t", 99.0, 1e-5, 3.0, 3, query_start=2, template_start=5, query_aln="AC-DE", template_aln="A-GDE")
+    assert hit.index_pairs() == [(2, 5), (4, 7), (5, 8)]
+    assert hit.identity() == 1.0
+
+
+def test_hhr_without_hits_and_non_hhr_text():
+    assert parse_hhr("Query         q\nMatch_columns 10\n\n No Hit   Prob\n\n") == []
+    with pytest.raises(ValueError, match="not an hhr file"):
+        parse_hhr("<html>")
+
+
+def test_features_shapes_dtypes_and_mapped_coordinates(run, tmp_path):
+    from foldworks.parse.io import load_parsed_chain
+    from foldworks.templates import features
+
+    root, selected, table = run["root"], run["selected"], run["table"]
+    selected_path = tmp_path / "selected.tsv"
+    selected.to_csv(selected_path, sep="\t", index=False)
+    targets = ["2hhb_A", "1a4w_H", "4hhb_A"]
+    code = features.main(["--key", "all", "--items", ",".join(targets), "--manifest", str(tmp_path / "shards/all.tsv"),
+                          "--table", str(root / "chains.parquet"), "--selected", str(selected_path),
+                          "--hits-dir", str(root / "hits"), "--parsed-dir", str(root / "parsed"),
+                          "--features-dir", str(tmp_path / "features")])
+    assert code == 0
+    length = dict(zip(table["entry"] + "_" + table["chain"], table["length"]))
+    for target in targets:
+        with np.load(tmp_path / f"features/{target}.npz", allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+        n_templates, n_res = int((selected["query"] == target).sum()), length[target]
+        assert arrays["template_aatype"].shape == (n_templates, n_res) and arrays["template_aatype"].dtype == np.int32
+        assert arrays["template_all_atom_positions"].shape == (n_templates, n_res, 37, 3)
+        assert arrays["template_all_atom_positions"].dtype == np.float32
+        assert arrays["template_all_atom_masks"].shape == (n_templates, n_res, 37)
+        assert arrays["template_sum_probs"].shape == (n_templates, 1)
+        assert arrays["template_domain_names"].shape == (n_templates,)
+        assert arrays["template_aatype"].max(initial=0) <= 21
+    with np.load(tmp_path / "features/2hhb_A.npz") as data:
+        assert list(data["template_domain_names"]) == [b"4hhb_B"]
+        positions, masks, aatype = data["template_all_atom_positions"][0], data["template_all_atom_masks"][0], data["template_aatype"][0]
+    hit = next(h for h in search.read_hits(search.hits_path(root / "hits", "all", table.set_index(["entry", "chain"]).loc[("2hhb", "A"), "sequence_hash"]))
+               if h.name == selected.set_index("query").loc["2hhb_A", "template_sequence_hash"])
+    template = load_parsed_chain(root / "parsed/4hhb.npz", "B")
+    pairs = hit.index_pairs()
+    assert len(pairs) > 100
+    for qi, ti in pairs:
+        assert aatype[qi] == template["aatype"][ti]
+        np.testing.assert_array_equal(masks[qi], template["atom_mask"][ti])
+        np.testing.assert_allclose(positions[qi], template["atom_positions"][ti] * template["atom_mask"][ti][:, None])
+    unaligned = sorted(set(range(len(aatype))) - {qi for qi, _ in pairs})
+    assert (aatype[unaligned] == 21).all() and not masks[unaligned].any()
+    rows = (tmp_path / "shards/all.tsv").read_text().splitlines()[1:]
+    assert [r.split("\t")[:2] for r in rows] == [[t, "ok"] for t in sorted(targets)]
