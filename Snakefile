@@ -18,6 +18,7 @@ include: "workflow/rules/fetch.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/chains.smk"
 include: "workflow/rules/msa.smk"
+include: "workflow/rules/templates.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/predict.smk"
@@ -33,6 +34,8 @@ rule all:
         "results/summary.tsv",
         "results/failures.tsv",
         "data/msa/summary.tsv",
+        ["data/templates/selected.tsv"] if TEMPLATES_ENABLED else [],
+        template_feature_manifests,
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
     default_target: True
