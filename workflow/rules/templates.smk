@@ -97,7 +97,7 @@ rule template_select:
         code=code_hash("templates/select", "templates/search", "templates/hhr", "templates/db"),
     localrule: True
     conda:
-        "../../envs/python.yaml"
+        "../../envs/hhsuite.yaml"  # the templates package's env (tests/test_envs.py)
     log:
         "logs/templates/select.log",
     shell:
@@ -119,7 +119,7 @@ rule template_features:
         members=features_shard_items,
         code=code_hash("templates/features", "templates/hhr", "templates/search", "parse/io"),
     conda:
-        "../../envs/python.yaml"
+        "../../envs/hhsuite.yaml"  # the templates package's env (tests/test_envs.py)
     log:
         "logs/templates/features/{shard}.log",
     shell:
