@@ -183,3 +183,56 @@ def test_features_shapes_dtypes_and_mapped_coordinates(run, tmp_path):
     assert (aatype[unaligned] == 21).all() and not masks[unaligned].any()
     rows = (tmp_path / "shards/all.tsv").read_text().splitlines()[1:]
     assert [r.split("\t")[:2] for r in rows] == [[t, "ok"] for t in sorted(targets)]
+
+
+def _hit(query_aln: str, template_aln: str, cols: int | None = None) -> Hit:
+    cols = sum(q != "-" and t != "-" for q, t in zip(query_aln, template_aln)) if cols is None else cols
+    return Hit("t", 99.0, 1e-9, float(cols), cols, 0, 0, query_aln, template_aln)
+
+
+def test_assess_hit_follows_alphafold_rules():
+    cfg = select_slice(resolve_templates_config({}))
+    query = "ACDEFGHIKLMNPQRSTVWY"  # 20 residues
+    assert select.assess_hit(_hit(query, query), query, cfg).startswith("duplicate")
+    assert select.assess_hit(_hit(query[:19] + "-", query[:19] + "-"), query, cfg) is None, "19/20 = 0.95 is not > 0.95"
+    mutated = query[:10] + "W" + query[11:]
+    assert select.assess_hit(_hit(query, mutated), query, cfg) is None, "not a sub-sequence: kept"
+    assert "aligned columns" in select.assess_hit(_hit(query[:2] + "-" * 18, query[:2] + "-" * 18), query, cfg)
+    short = _hit(query[:9] + "-" * 11, "WWWWWWWWW" + "-" * 11)
+    assert "< 10 residues" in select.assess_hit(short, query, cfg)
+
+
+def test_template_chain_is_earliest_eligible_of_another_entry():
+    members = [("1990-01-01", "1aaa", "A"), ("1985-05-05", "1bbb", "B"), ("1985-05-05", "1bbb", "A"), ("", "1ccc", "A")]
+    assert select.template_chain(members, "1zzz", "1999-01-01") == ("1985-05-05", "1bbb", "A")
+    assert select.template_chain(members, "1bbb", "1999-01-01") == ("1990-01-01", "1aaa", "A")
+    assert select.template_chain(members, "1zzz", "1985-05-05") is None, "released on the cutoff day: excluded"
+    assert select.template_chain(members, "1zzz", "1985-05-06") == ("1985-05-05", "1bbb", "A")
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match="templates.max_template_date"):
+        resolve_templates_config({"max_template_date": "2020-13-01"})
+    with pytest.raises(ValueError, match="templates.bogus"):
+        resolve_templates_config({"bogus": 1})
+    assert resolve_templates_config({"hhsearch": {"min_prob": 50}})["hhsearch"]["maxseq"] == 1_000_000
+
+
+def test_failed_search_is_recorded_and_leaves_no_hits(tmp_path):
+    seq_hash = "ab" + "0" * 18
+    (tmp_path / "sequences/ab").mkdir(parents=True)
+    (tmp_path / "sequences/ab" / f"{seq_hash}.fasta").write_text(">q\nACDEFGHIKLMNPQRSTVWY\n")
+    stale = search.hits_path(tmp_path / "hits", "a", seq_hash)
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale")
+    (tmp_path / "a.json").write_text(json.dumps({"segment": "a", "prefix": str(tmp_path / "missing_db"),
+                                                 "n_sequences": 3, "content_sha256": "0" * 64}))
+    cfg = resolve_templates_config({})
+    assert search.main(["--key", "ab", "--segment", "a", "--items", seq_hash, "--manifest", str(tmp_path / "m.tsv"),
+                        "--db-record", str(tmp_path / "a.json"), "--params", json.dumps(search_slice(cfg)),
+                        "--msa-dir", str(tmp_path / "msa"), "--sequences-dir", str(tmp_path / "sequences"),
+                        "--hits-dir", str(tmp_path / "hits"), "--failures-dir", str(tmp_path / "failures")]) == 0
+    row = (tmp_path / "m.tsv").read_text().splitlines()[1].split("\t")
+    assert row[:2] == [seq_hash, "failed"] and "hhsearch" in row[5]
+    assert not stale.exists()
+    assert json.loads((tmp_path / f"failures/templates/{seq_hash}_a.json").read_text())["stage"] == "templates"

@@ -105,6 +105,7 @@ def planner(segment: str, record_path: str, options: dict[str, Any], msa_dir: st
             except (tools.ToolError, ValueError) as exc:
                 reason = failures.one_line(f"templates {key}: {exc}")
                 failures.record_failure("templates", key, reason, failures_dir)
+                out.unlink(missing_ok=True)  # never leave hits of an older segment content behind
                 return "failed", "none", reason
             write_hits(out, hits)
             failures.clear_failure("templates", key, failures_dir)
