@@ -236,3 +236,36 @@ def test_failed_search_is_recorded_and_leaves_no_hits(tmp_path):
     assert row[:2] == [seq_hash, "failed"] and "hhsearch" in row[5]
     assert not stale.exists()
     assert json.loads((tmp_path / f"failures/templates/{seq_hash}_a.json").read_text())["stage"] == "templates"
+
+
+def test_pdb_seqres_and_mmcif_directory_give_the_same_templates(run, pdb_mirror, tmp_path):
+    """The same chains as a pdb_seqres.txt + the mirror as mmCIF directory: identical segment
+    content (so the cached hits apply), dates read from the mmCIF files, identical selection and features."""
+    from foldworks.templates import features
+
+    table, root = run["table"], run["root"]
+    records = [f">{e}_{c} mol:protein length:{len(s)}  X\n{s}\n" for e, c, s in zip(table["entry"], table["chain"], table["sequence"])]
+    (tmp_path / "pdb_seqres.txt").write_text("".join(records) + ">1bna_A mol:na length:12  DNA\nCGCGAATTCGCG\n")
+    seqres_records = db.build_database(None, tmp_path / "db", chars=0, seqres=tmp_path / "pdb_seqres.txt")
+    assert seqres_records[0]["content_sha256"] == run["records"][0]["content_sha256"]
+    members = db.read_members(tmp_path / "db/members.tsv")
+    assert (members["release_date"] == "").all()
+    dated = select.with_hit_dates(table, members, root / "hits", 0, pdb_mirror, tmp_path / "dates.tsv")
+    from foldworks.templates.seqres import read_release_dates
+
+    cached = read_release_dates(tmp_path / "dates.tsv")
+    assert cached == dict(zip(table["entry"], table["release_date"].astype(str))), "every entry is hit (by itself)"
+    chosen = select.select_templates(table, dated, root / "hits", 0, select_slice(run["cfg"]))
+    pd.testing.assert_frame_equal(chosen, run["selected"])
+    run["selected"].to_csv(tmp_path / "selected.tsv", sep="\t", index=False)
+    out = {}
+    for name, extra in (("own", ["--parsed-dir", str(root / "parsed")]),
+                        ("seqres", ["--parsed-dir", str(tmp_path / "parsed"), "--mmcif-dir", str(pdb_mirror)])):
+        assert features.main(["--key", "all", "--items", "1a4w_H", "--manifest", str(tmp_path / f"{name}/m.tsv"),
+                              "--table", str(root / "chains.parquet"), "--selected", str(tmp_path / "selected.tsv"),
+                              "--hits-dir", str(root / "hits"), "--features-dir", str(tmp_path / name), *extra]) == 0
+        with np.load(tmp_path / f"{name}/1a4w_H.npz") as data:
+            out[name] = {key: data[key] for key in data.files}
+    assert out["own"]["template_aatype"].shape[0] >= 1
+    for key, value in out["own"].items():
+        np.testing.assert_array_equal(out["seqres"][key], value, err_msg=key)

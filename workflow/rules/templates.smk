@@ -17,12 +17,18 @@
 #
 # Selection (one local job, cheap) and features (one job per entry shard) follow.
 
+import shlex
+
 from foldworks.templates.config import resolve_templates_config, search_slice, segment_keys, select_slice
 
 TEMPLATES_CFG = resolve_templates_config(config.get("templates"))
 TEMPLATES_ENABLED = bool(TEMPLATES_CFG["enabled"])
 TEMPLATE_SEGMENT_CHARS = int(TEMPLATES_CFG["segment_chars"])
 TEMPLATE_SEGMENTS = segment_keys(TEMPLATE_SEGMENT_CHARS)
+# An existing pdb_seqres.txt + mmCIF directory instead of the parsed chains (docs/templates.md).
+TEMPLATE_SEQRES = TEMPLATES_CFG["pdb_seqres"]
+TEMPLATE_MMCIF_ARG = f"--mmcif-dir {shlex.quote(TEMPLATES_CFG['mmcif_dir'])}" if TEMPLATE_SEQRES else ""
+TEMPLATE_PARSED_DIR = "data/templates/parsed" if TEMPLATE_SEQRES else "data/parsed"
 
 
 def template_search_manifests(wildcards) -> list[str]:
@@ -38,20 +44,21 @@ def template_feature_manifests(wildcards) -> list[str]:
 
 checkpoint template_db:
     input:
-        table="data/chains.parquet",
+        source=TEMPLATE_SEQRES or "data/chains.parquet",
     output:
         records=expand("data/templates/db/{segment}.json", segment=TEMPLATE_SEGMENTS),
         members="data/templates/db/members.tsv",
     params:
         segment_chars=TEMPLATE_SEGMENT_CHARS,
-        code=code_hash("templates/db", "templates/config", "msa/ffindex", "msa/tools"),
+        source="--seqres" if TEMPLATE_SEQRES else "--table",
+        code=code_hash("templates/db", "templates/seqres", "templates/config", "msa/ffindex", "msa/tools"),
     threads: 2
     conda:
         "../../envs/hhsuite.yaml"
     log:
         "logs/templates/db.log",
     shell:
-        "python -m foldworks.templates.db --table {input.table} --out-dir data/templates/db"
+        "python -m foldworks.templates.db {params.source} {input.source:q} --out-dir data/templates/db"
         " --segment-chars {params.segment_chars} --threads {threads} 2> {log:q}"
 
 
@@ -94,7 +101,8 @@ rule template_select:
     params:
         cfg=json.dumps(select_slice(TEMPLATES_CFG), sort_keys=True),
         segment_chars=TEMPLATE_SEGMENT_CHARS,
-        code=code_hash("templates/select", "templates/search", "templates/hhr", "templates/db"),
+        mmcif=TEMPLATE_MMCIF_ARG,
+        code=code_hash("templates/select", "templates/search", "templates/hhr", "templates/db", "templates/seqres"),
     localrule: True
     conda:
         "../../envs/hhsuite.yaml"  # the templates package's env (tests/test_envs.py)
@@ -103,7 +111,7 @@ rule template_select:
     shell:
         "python -m foldworks.templates.select --table {input.table} --members {input.members}"
         " --hits-dir data/templates/hits --segment-chars {params.segment_chars} --params {params.cfg:q}"
-        " --out {output:q} 2> {log:q}"
+        " {params.mmcif} --out {output:q} 2> {log:q}"
 
 
 rule template_features:
@@ -117,7 +125,8 @@ rule template_features:
         shard=ENTRY_SHARD_PATTERN,
     params:
         members=features_shard_items,
-        code=code_hash("templates/features", "templates/hhr", "templates/search", "parse/io"),
+        mmcif=TEMPLATE_MMCIF_ARG,
+        code=code_hash("templates/features", "templates/hhr", "templates/search", "templates/seqres", "parse"),
     conda:
         "../../envs/hhsuite.yaml"  # the templates package's env (tests/test_envs.py)
     log:
@@ -125,5 +134,5 @@ rule template_features:
     shell:
         "python -m foldworks.templates.features --key {wildcards.shard} --items {params.members}"
         " --manifest {output.manifest:q} --table {input.table} --selected {input.selected}"
-        " --code {params.code} --hits-dir data/templates/hits --parsed-dir data/parsed"
-        " --features-dir data/templates/features --failures-dir data/failures 2> {log:q}"
+        " --code {params.code} --hits-dir data/templates/hits --parsed-dir %s {params.mmcif}"
+        " --features-dir data/templates/features --failures-dir data/failures 2> {log:q}" % TEMPLATE_PARSED_DIR

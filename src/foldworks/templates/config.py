@@ -12,6 +12,8 @@ Layout (``config/config.yaml``)::
       min_template_length: 10       # AF2: drop hits with fewer aligned template residues
       hhsearch: {maxseq: 1000000, min_prob: 20, max_alignments: 500}
       timeout_s: 600
+      pdb_seqres: null              # an existing pdb_seqres.txt instead of the parsed chains ...
+      mmcif_dir: null               # ... with its mmCIF directory (both or neither)
 
 The search jobs receive :func:`search_slice` only, so changing a filter or the date cutoff
 reruns the selection and features, never a search.
@@ -33,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "min_template_length": 10,
     "hhsearch": {"maxseq": 1_000_000, "min_prob": 20, "max_alignments": 500},
     "timeout_s": 600,
+    "pdb_seqres": None,
+    "mmcif_dir": None,
 }
 #: The one-segment key (``segment_chars: 0``).
 ALL_SEGMENTS_KEY = "all"
@@ -49,6 +53,8 @@ def resolve_templates_config(section: dict[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"templates.segment_chars: expected 0-3, got {cfg['segment_chars']!r}")
     if int(cfg["max_hits"]) < 1:
         raise ValueError(f"templates.max_hits: expected >= 1, got {cfg['max_hits']!r}")
+    if (cfg["pdb_seqres"] is None) != (cfg["mmcif_dir"] is None):
+        raise ValueError("templates.pdb_seqres and templates.mmcif_dir: set both (an existing database) or neither")
     if cfg["max_template_date"] is not None:
         cfg["max_template_date"] = parse_date(cfg["max_template_date"], "templates.max_template_date")
     return cfg

@@ -16,6 +16,9 @@ known sequences changes no record, and one with a new sequence changes one recor
 search jobs read the records only (see ``workflow/rules/templates.smk``). A segment whose
 digest is unchanged is not rebuilt (its digest is kept in ``.<seg>.digest`` beside it).
 
+With ``--seqres pdb_seqres.txt`` instead of ``--table``, the protein records of an existing
+wwPDB sequence file are the templates (docs/templates.md).
+
 CLI::
 
     python -m foldworks.templates.db --table data/chains.parquet --out-dir data/templates/db \\
@@ -60,7 +63,9 @@ def template_members(table: pd.DataFrame, source: str = "chain table") -> pd.Dat
 
 
 def _iso_date(value: Any) -> str:
-    return "" if value is None or pd.isna(value) else pd.Timestamp(value).date().isoformat()
+    if value is None or value == "" or pd.isna(value):
+        return ""
+    return pd.Timestamp(value).date().isoformat()
 
 
 def segment_sequences(table: pd.DataFrame, chars: int) -> dict[str, dict[str, str]]:
@@ -113,10 +118,18 @@ def build_segment(out_dir: Path, key: str, sequences: dict[str, str], threads: i
     return record
 
 
-def build_database(table_path: str | Path, out_dir: str | Path, chars: int, threads: int = 1) -> list[dict[str, Any]]:
-    """Members table + every segment of the template database from the chain table; the records."""
-    table = pd.read_parquet(table_path)
-    members = template_members(table, str(table_path))
+def build_database(table_path: str | Path | None, out_dir: str | Path, chars: int, threads: int = 1,
+                   seqres: str | Path | None = None) -> list[dict[str, Any]]:
+    """Members table + every segment of the template database; the records. Sequences from the
+    chain table ``table_path``, or from a ``pdb_seqres.txt`` (``seqres``; release dates are then
+    read later, per hit, by :mod:`foldworks.templates.seqres`)."""
+    if seqres is not None:
+        from foldworks.templates.seqres import read_seqres
+
+        table, source = read_seqres(seqres), str(seqres)
+    else:
+        table, source = pd.read_parquet(table_path), str(table_path)
+    members = template_members(table, source)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fsutil.write_tsv_atomic(out / "members.tsv", MEMBER_COLUMNS, members.itertuples(index=False, name=None))
@@ -133,15 +146,17 @@ def read_members(path: str | Path) -> pd.DataFrame:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m foldworks.templates.db", description=__doc__.split("\n")[0])
-    parser.add_argument("--table", required=True, help="chain table (data/chains.parquet)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--table", help="chain table (data/chains.parquet): its protein chains are the templates")
+    source.add_argument("--seqres", help="an existing pdb_seqres.txt: its protein records are the templates")
     parser.add_argument("--out-dir", required=True, help="database directory (data/templates/db)")
     parser.add_argument("--segment-chars", type=int, default=1, help="hash prefix length of a segment (0: one)")
     parser.add_argument("--threads", type=int, default=1, help="cstranslate threads")
     args = parser.parse_args(argv)
     setup_logging("templates.db")
     try:
-        build_database(args.table, args.out_dir, args.segment_chars, args.threads)
-    except (EmptyTemplateDatabaseError, OSError) as exc:
+        build_database(args.table, args.out_dir, args.segment_chars, args.threads, seqres=args.seqres)
+    except (EmptyTemplateDatabaseError, OSError, ValueError) as exc:
         LOG.error("%s", exc)
         return 1
     return 0

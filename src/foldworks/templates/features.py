@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -87,8 +87,10 @@ def map_template(hit: Hit, chain: dict[str, np.ndarray], n_res: int) -> tuple[np
     return positions, mask, "".join(letters)
 
 
-def chain_features(selected: pd.DataFrame, n_res: int, hits_dir: str | Path, parsed_dir: str | Path) -> dict[str, np.ndarray]:
-    """Stacked features of one query chain's ``selected`` rows (rank order)."""
+def chain_features(selected: pd.DataFrame, n_res: int, hits_dir: str | Path,
+                   npz_of: Callable[[str], Path]) -> dict[str, np.ndarray]:
+    """Stacked features of one query chain's ``selected`` rows (rank order); ``npz_of(entry)``:
+    the template entry's parsed arrays (data/parsed/<entry>.npz, or parsed on demand)."""
     if selected.empty:
         return empty_features(n_res)
     stacks: dict[str, list] = {key: [] for key in empty_features(0)}
@@ -96,9 +98,9 @@ def chain_features(selected: pd.DataFrame, n_res: int, hits_dir: str | Path, par
         hits = {hit.name: hit for hit in read_hits(hits_path(hits_dir, row.segment, row.query_sequence_hash))}
         entry, chain_id = split_target(row.template)
         try:
-            chain = load_parsed_chain(Path(parsed_dir) / f"{entry}.npz", chain_id)
+            chain = load_parsed_chain(npz_of(entry), chain_id)
             positions, mask, sequence = map_template(hits[row.template_sequence_hash], chain, n_res)
-        except (KeyError, ValueError, OSError) as exc:
+        except (LookupError, ValueError, OSError) as exc:
             LOG.warning("template %s of %s dropped: %s", row.template, row.query, exc)
             continue
         stacks["template_aatype"].append(template_aatype(sequence))
@@ -117,9 +119,22 @@ def features_path(features_dir: str | Path, target: str) -> Path:
     return Path(features_dir) / f"{target}.npz"
 
 
-def planner(table: pd.DataFrame, selected: pd.DataFrame, hits_dir: str, parsed_dir: str, features_dir: str):
+def template_sources(parsed_dir: str, mmcif_dir: str | None) -> tuple[Callable[[str], Path], Callable[[str], Path]]:
+    """(parsed npz of a template entry, the file its digest follows): the pipeline's parsed entries,
+    or with ``mmcif_dir`` (a pdb_seqres database) the mmCIF parsed on demand into ``parsed_dir``."""
+    if mmcif_dir is None:
+        npz = lambda entry: Path(parsed_dir) / f"{entry}.npz"  # noqa: E731
+        return npz, npz
+    from foldworks.templates.seqres import mmcif_path, parsed_template
+
+    return (lambda entry: parsed_template(entry, mmcif_dir, parsed_dir)), (lambda entry: mmcif_path(mmcif_dir, entry))
+
+
+def planner(table: pd.DataFrame, selected: pd.DataFrame, hits_dir: str, parsed_dir: str, features_dir: str,
+            mmcif_dir: str | None = None):
     """Plan of one query chain's feature file: its input digest hashes its selected rows and the
-    hits and parsed files they read, so it is rebuilt exactly when one of them changed."""
+    hits and template structure files they read, so it is rebuilt exactly when one changed."""
+    npz_of, source_of = template_sources(parsed_dir, mmcif_dir)
     lengths = {f"{e}_{c}": len(s) for e, c, s in zip(table["entry"], table["chain"], table["sequence"])}
     groups = dict(tuple(selected.groupby("query")))
 
@@ -128,12 +143,12 @@ def planner(table: pd.DataFrame, selected: pd.DataFrame, hits_dir: str, parsed_d
             raise LookupError(f"templates {target}: not in the chain table")
         rows = groups.get(target, selected.iloc[0:0])
         files = sorted({str(hits_path(hits_dir, s, h)) for s, h in zip(rows["segment"], rows["query_sequence_hash"])}
-                       | {str(Path(parsed_dir) / f"{t.split('_')[0]}.npz") for t in rows["template"]})
+                       | {str(source_of(t.split("_")[0])) for t in rows["template"]})
         digest = sha256_bytes(str(lengths[target]), rows.to_csv(sep="\t", index=False), *map(file_sha256, files))
         out = features_path(features_dir, target)
 
         def compute() -> Outcome:
-            fsutil.write_npz_atomic(out, chain_features(rows, lengths[target], hits_dir, parsed_dir))
+            fsutil.write_npz_atomic(out, chain_features(rows, lengths[target], hits_dir, npz_of))
             return "ok", file_sha256(out), ""
 
         return Plan(digest, [str(out)], compute)
@@ -150,14 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--selected", required=True, help="selection table (data/templates/selected.tsv)")
     parser.add_argument("--code", default="", help="code hash (part of each row's stamp)")
     parser.add_argument("--hits-dir", default="data/templates/hits")
-    parser.add_argument("--parsed-dir", default="data/parsed")
+    parser.add_argument("--parsed-dir", default="data/parsed",
+                        help="parsed template entries (with --mmcif-dir: where they are parsed to)")
+    parser.add_argument("--mmcif-dir", help="with a pdb_seqres database: the templates' mmCIF files")
     parser.add_argument("--features-dir", default="data/templates/features")
     parser.add_argument("--failures-dir", default="data/failures")
     args = parser.parse_args(argv)
     setup_logging("templates.features")
     items = sorted({item.split(":")[0] for item in args.items.split(",") if item})
     table = pd.read_parquet(args.table, columns=["entry", "chain", "sequence"])
-    plan_of = planner(table, read_selected(args.selected), args.hits_dir, args.parsed_dir, args.features_dir)
+    plan_of = planner(table, read_selected(args.selected), args.hits_dir, args.parsed_dir, args.features_dir,
+                      args.mmcif_dir)
     run_items("template_features", args.key, items, args.manifest, stamp_of(args.code, ""), plan_of,
               failures_dir=args.failures_dir)
     return 0

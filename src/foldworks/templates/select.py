@@ -111,7 +111,9 @@ def load_hits(seq_hash: str, hits_dir: str | Path, segments: Sequence[str]) -> l
 
 
 def _iso(value: Any) -> str:
-    return "" if value is None or pd.isna(value) else pd.Timestamp(value).date().isoformat()
+    if value is None or value == "" or pd.isna(value):
+        return ""
+    return pd.Timestamp(value).date().isoformat()
 
 
 def select_templates(table: pd.DataFrame, members: pd.DataFrame, hits_dir: str | Path, segment_chars: int,
@@ -130,6 +132,17 @@ def select_templates(table: pd.DataFrame, members: pd.DataFrame, hits_dir: str |
     return pd.DataFrame(rows, columns=list(SELECTED_COLUMNS))
 
 
+def with_hit_dates(table: pd.DataFrame, members: pd.DataFrame, hits_dir: str | Path, segment_chars: int,
+                   mmcif_dir: str | Path, cache: str | Path) -> pd.DataFrame:
+    """``members`` with release dates read from ``mmcif_dir`` for every template hit by a passed chain."""
+    from foldworks.templates.seqres import fill_release_dates
+
+    segments = segment_keys(segment_chars)
+    queries = set(table.loc[table["passed_filters"], "sequence_hash"])
+    hit = {h.name for q in sorted(queries) for _, h in load_hits(q, hits_dir, segments)}
+    return fill_release_dates(members, hit, mmcif_dir, cache)
+
+
 def read_selected(path: str | Path) -> pd.DataFrame:
     """``selected.tsv`` (identifiers and dates as text)."""
     text_columns = {c: str for c in SELECTED_COLUMNS if c.endswith(("query", "template", "hash", "date", "segment"))}
@@ -144,10 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--segment-chars", type=int, required=True)
     parser.add_argument("--params", required=True, help="JSON selection slice (templates.config.select_slice)")
     parser.add_argument("--out", required=True, help="selection table (data/templates/selected.tsv)")
+    parser.add_argument("--mmcif-dir", help="with a pdb_seqres database: where the templates' release dates are read")
+    parser.add_argument("--dates-cache", default="data/templates/db/release_dates.tsv")
     args = parser.parse_args(argv)
     setup_logging("templates.select")
-    selected = select_templates(pd.read_parquet(args.table), read_members(args.members), args.hits_dir,
-                                args.segment_chars, json.loads(args.params))
+    table, members = pd.read_parquet(args.table), read_members(args.members)
+    if args.mmcif_dir:
+        members = with_hit_dates(table, members, args.hits_dir, args.segment_chars, args.mmcif_dir, args.dates_cache)
+    selected = select_templates(table, members, args.hits_dir, args.segment_chars, json.loads(args.params))
     fsutil.write_tsv_atomic(args.out, SELECTED_COLUMNS, selected.itertuples(index=False, name=None))
     LOG.info("templates: %d rows for %d query chains", len(selected), selected["query"].nunique())
     return 0
