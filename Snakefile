@@ -35,7 +35,7 @@ rule all:
         "results/failures.tsv",
         "data/msa/summary.tsv",
         ["data/templates/selected.tsv"] if TEMPLATES_ENABLED else [],
-        template_feature_manifests,
+        TEMPLATE_FEATURE_MANIFESTS,
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
     default_target: True

@@ -31,15 +31,10 @@ TEMPLATE_MMCIF_ARG = f"--mmcif-dir {shlex.quote(TEMPLATES_CFG['mmcif_dir'])}" if
 TEMPLATE_PARSED_DIR = "data/templates/parsed" if TEMPLATE_SEQRES else "data/parsed"
 
 
-def template_search_manifests(wildcards) -> list[str]:
-    """Every (msa shard, segment) search manifest of the passed chains' query hashes."""
-    return [f"data/templates/hits/shards/{shard}_{segment}.tsv"
-            for shard in _chain_index().msa for segment in TEMPLATE_SEGMENTS]
-
-
-def template_feature_manifests(wildcards) -> list[str]:
-    """The template features manifest of every entry shard with a passed chain (none if disabled)."""
-    return manifests("data/templates/features", sorted(_chain_index().features)) if TEMPLATES_ENABLED else []
+# rule all's input: the template features manifest of every entry shard with a passed chain.
+TEMPLATE_FEATURE_MANIFESTS = lambda wildcards: (
+    manifests("data/templates/features", sorted(_chain_index().features)) if TEMPLATES_ENABLED else []
+)
 
 
 checkpoint template_db:
@@ -95,7 +90,9 @@ rule template_select:
     input:
         table="data/chains.parquet",
         members="data/templates/db/members.tsv",
-        searches=template_search_manifests,
+        # every (msa shard, segment) search of the passed chains' query hashes
+        searches=lambda wildcards: [f"data/templates/hits/shards/{shard}_{segment}.tsv"
+                                    for shard in _chain_index().msa for segment in TEMPLATE_SEGMENTS],
     output:
         "data/templates/selected.tsv",
     params:
