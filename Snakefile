@@ -22,6 +22,7 @@ include: "workflow/rules/fetch.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/chains.smk"
 include: "workflow/rules/msa.smk"
+include: "workflow/rules/templates.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/predict.smk"
@@ -38,6 +39,8 @@ rule all:
         "results/summary.tsv",
         "results/failures.tsv",
         "data/msa/summary.tsv",
+        ["data/templates/selected.tsv"] if TEMPLATES_ENABLED else [],
+        TEMPLATE_FEATURE_MANIFESTS,
         expand("results/metrics/{experiment}.tsv", experiment=EXPERIMENTS),
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
         INFERENCE_TARGETS,

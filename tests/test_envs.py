@@ -18,7 +18,7 @@ from conftest import REPO_ROOT
 
 ENVS = sorted((REPO_ROOT / "envs").glob("*.yaml"))
 RULE_FILES = sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk"))
-TOOLS = ("hhblits", "hhfilter", "ffindex_", "cstranslate", "mmseqs")
+TOOLS = ("hhblits", "hhsearch", "hhfilter", "ffindex_", "cstranslate", "mmseqs")
 HHSUITE_ENV = "envs/hhsuite.yaml"
 
 
@@ -82,10 +82,11 @@ def stage_package(body: str) -> str | None:
 
 
 def package_runs_tools(package: str) -> bool:
-    """True if a module of src/foldworks/<package> launches a subprocess naming an HH-suite/MMseqs2 tool."""
+    """True if a module of src/foldworks/<package> launches a subprocess naming an HH-suite/MMseqs2 tool
+    (directly or through foldworks.msa.tools.run_tool)."""
     for module in (REPO_ROOT / "src" / "foldworks" / package).rglob("*.py"):
         code = module.read_text()
-        if "subprocess" in code and any(tool in code for tool in TOOLS):
+        if ("subprocess" in code or "run_tool(" in code) and any(tool in code for tool in TOOLS):
             return True
     return False
 

@@ -35,6 +35,7 @@ ARTIFACT_GROUPS: tuple[tuple[str, str], ...] = (
     ("data/msa_db", "the built HH-suite database"),
     ("data/msa", "MSAs per sequence hash"),
     ("data/features", "feature file per chain"),
+    ("data/templates", "template database, hits per sequence hash, selected.tsv, template features"),
     ("results/checkpoints", "checkpoints (with provenance), training curves"),
     ("results/predictions", "predicted structures"),
     ("results/metrics", "metrics tables with provenance sidecars"),
