@@ -1,0 +1,96 @@
+"""ProteinMPNN's released checkpoint format ↔ the ``mpnn`` family.
+
+A released file (``v_48_002.pt`` … ``v_48_030.pt``) is a ``torch.save`` dict
+``{'num_edges': int, 'noise_level': float, 'model_state_dict': {name: tensor}}``; training
+checkpoints also carry ``epoch``, ``step`` and ``optimizer_state_dict``, which are ignored.
+Parameter names are identical to :class:`foldworks.models.mpnn.MPNNModel`'s, so the state dict
+is used as is. Hidden width and layer counts are inferred from the state dict
+(``W_e.weight`` rows, ``encoder_layers.N.`` / ``decoder_layers.N.`` prefixes); ``k`` is
+``num_edges``; the training noise (Å) is ``noise_level``.
+
+>>> state, config = read_proteinmpnn("v_48_020.pt")  # config: mpnn model_config
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from foldworks.fsutil import atomic_open
+
+REQUIRED_KEYS = ("num_edges", "noise_level", "model_state_dict")
+
+
+class ProteinMPNNWeightsError(ValueError):
+    """A file that is not a loadable ProteinMPNN checkpoint (message names the file and the key)."""
+
+
+def _layer_count(state: dict[str, torch.Tensor], prefix: str) -> int:
+    found = {int(m.group(1)) for key in state for m in [re.match(rf"{prefix}\.(\d+)\.", key)] if m}
+    return max(found) + 1 if found else 0
+
+
+def infer_config(state: dict[str, torch.Tensor], num_edges: int, noise_level: float) -> dict[str, Any]:
+    """``mpnn`` model_config (hidden, layer counts, k, training noise) of a ProteinMPNN state dict."""
+    if "W_e.weight" not in state:
+        raise ProteinMPNNWeightsError("state dict has no 'W_e.weight' (not a full-backbone ProteinMPNN)")
+    return {"hidden": int(state["W_e.weight"].shape[0]), "n_encoder": _layer_count(state, "encoder_layers"),
+            "n_decoder": _layer_count(state, "decoder_layers"), "k_neighbors": int(num_edges),
+            "backbone_noise": float(noise_level)}
+
+
+def check_state(state: dict[str, torch.Tensor], config: dict[str, Any], source: str) -> None:
+    """Raise naming the key (and both shapes) unless ``state`` has exactly the model's keys and shapes."""
+    from foldworks.models.mpnn import MPNNModel
+
+    expected = MPNNModel(**config).state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing:
+        raise ProteinMPNNWeightsError(f"{source}: missing key {missing[0]!r} (shape {tuple(expected[missing[0]].shape)})"
+                                      f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}")
+    if unexpected:
+        raise ProteinMPNNWeightsError(f"{source}: unexpected key {unexpected[0]!r} (shape "
+                                      f"{tuple(state[unexpected[0]].shape)})")
+    for key, value in expected.items():
+        if tuple(state[key].shape) != tuple(value.shape):
+            raise ProteinMPNNWeightsError(f"{source}: key {key!r} has shape {tuple(state[key].shape)}, "
+                                          f"expected {tuple(value.shape)} for {config}")
+
+
+def read_proteinmpnn(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Load a released ProteinMPNN ``.pt`` → ``(state_dict, mpnn model_config)``; strict, with one-line errors."""
+    path = Path(path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unreadable, truncated, or not a torch file
+        raise ProteinMPNNWeightsError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(checkpoint, dict):
+        raise ProteinMPNNWeightsError(f"{path}: expected a dict, found {type(checkpoint).__name__}")
+    absent = [k for k in REQUIRED_KEYS if k not in checkpoint]
+    if absent:
+        raise ProteinMPNNWeightsError(f"{path}: missing checkpoint key {absent[0]!r} (has {sorted(checkpoint)})")
+    state = checkpoint["model_state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ProteinMPNNWeightsError(f"{path}: 'model_state_dict' is not a dict of tensors")
+    config = infer_config(state, checkpoint["num_edges"], checkpoint["noise_level"])
+    check_state(state, config, str(path))
+    return OrderedDict(state), config
+
+
+def write_proteinmpnn(path: str | Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
+    """Write ``state`` in the released format (``num_edges`` = k, ``noise_level`` = training noise).
+
+    The state is checked first (nothing is written on error) and written via a temporary file.
+    """
+    path = Path(path)
+    check_state(state, {k: config[k] for k in ("hidden", "n_encoder", "n_decoder", "k_neighbors")}, str(path))
+    payload = {"num_edges": int(config["k_neighbors"]), "noise_level": float(config.get("backbone_noise", 0.0)),
+               "model_state_dict": OrderedDict((k, v.detach().cpu()) for k, v in state.items())}
+    with atomic_open(path, "wb") as handle:
+        torch.save(payload, handle)
+    return path
