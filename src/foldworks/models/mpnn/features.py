@@ -110,12 +110,13 @@ class PositionalEncodings(nn.Module):
 class ProteinFeatures(nn.Module):
     """Backbone → edge features ``E [B, L, K, H]`` and graph ``E_idx [B, L, K]`` (supplement "Model").
 
-    ``augment_eps`` (Å) adds Gaussian noise to all four backbone atoms, in training mode only.
+    ``augment_eps`` (Å) adds Gaussian noise to all four backbone atoms in training mode, and also in
+    eval mode when ``noise_in_eval`` is set (ProteinMPNN's design script does so for ``--backbone_noise``).
     """
 
     def __init__(self, edge_features: int, top_k: int = 48, augment_eps: float = 0.0) -> None:
         super().__init__()
-        self.top_k, self.augment_eps = top_k, augment_eps
+        self.top_k, self.augment_eps, self.noise_in_eval = top_k, augment_eps, False
         self.embeddings = PositionalEncodings(N_POSITIONAL)
         self.edge_embedding = nn.Linear(N_POSITIONAL + len(ATOM_PAIRS) * N_RBF, edge_features, bias=False)
         self.norm_edges = nn.LayerNorm(edge_features)
@@ -123,7 +124,7 @@ class ProteinFeatures(nn.Module):
     def raw_edges(self, X: Tensor, mask: Tensor, residue_idx: Tensor, chain_labels: Tensor
                   ) -> tuple[Tensor, Tensor]:
         """The 416-wide edge input ``[B, L, K, 16 + 25·16]`` (positional | RBF blocks) and ``E_idx``."""
-        if self.training and self.augment_eps > 0:
+        if (self.training or self.noise_in_eval) and self.augment_eps > 0:
             X = X + self.augment_eps * torch.randn_like(X)
         atoms = [X[..., 0, :], X[..., 1, :], X[..., 2, :], X[..., 3, :], virtual_cb(X)]
         d_neighbors, e_idx = knn_graph(atoms[1], mask, self.top_k)

@@ -47,7 +47,8 @@ def check_state(state: dict[str, torch.Tensor], config: dict[str, Any], source: 
     """Raise naming the key (and both shapes) unless ``state`` has exactly the model's keys and shapes."""
     from foldworks.models.mpnn import MPNNModel
 
-    expected = MPNNModel(**config).state_dict()
+    with torch.device("meta"):  # shapes only: no memory, no draw from torch's random generator
+        expected = MPNNModel(**config).state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:

@@ -1,0 +1,192 @@
+"""Featurisation of structure files, the design command and the checkpoint reader, against ProteinMPNN.
+
+Reference numbers come from the fixture folder (``$FOLDWORKS_MPNN_REFERENCE`` or
+``../shared/mpnn_reference``: every chain and checkpoint in its ``manifest.json``) and from
+ProteinMPNN's documented behaviour (multi-chain indexing, fixed/tied positions, omit/bias).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from foldworks.design.__main__ import main as design_main
+from foldworks.design.__main__ import parse_tied
+from foldworks.design.fasta import fmt, read_design_fasta
+from foldworks.design.structure import DesignOptions, ParsedChain, StructureInputError, featurize, read_chains
+from foldworks.models.mpnn import MPNNModel
+from foldworks.models.weights.proteinmpnn import ProteinMPNNWeightsError, read_proteinmpnn, write_proteinmpnn
+from test_mpnn_parity import MANIFEST, REF
+
+needs_ref = pytest.mark.skipif(REF is None, reason="ProteinMPNN reference fixtures not found: set "
+                               "FOLDWORKS_MPNN_REFERENCE or provide ../shared/mpnn_reference")
+MIRROR = Path(__file__).resolve().parents[1].parent / "shared" / "pdb_mirror"
+needs_mirror = pytest.mark.skipif(not MIRROR.exists(), reason="../shared/pdb_mirror not found")
+FEATURE_KEYS = ("X", "S", "mask", "chain_M", "chain_M_pos", "residue_idx", "chain_encoding_all")
+
+
+def small_checkpoint() -> Path:
+    """The smallest checkpoint in the fixture folder (fast design tests)."""
+    entries = sorted(MANIFEST["checkpoints"].values(), key=lambda e: e["hidden_dim"])
+    return REF / entries[0]["file"]
+
+
+@needs_ref
+@pytest.mark.parametrize("chain", list(MANIFEST["chains"]))
+def test_featurisation_reproduces_fixture_inputs(chain):
+    """Our parser + tied_featurize on pdb/<id>.pdb and on the mirror's mmCIF give inputs.npz exactly."""
+    ref = np.load(REF / chain / "inputs.npz")
+    sources = [REF / MANIFEST["chains"][chain]["pdb"]]
+    if (MIRROR / Path(MANIFEST["chains"][chain]["source"]).name).exists():
+        sources.append(MIRROR / Path(MANIFEST["chains"][chain]["source"]).name)
+    for source in sources:
+        features = featurize(read_chains(source))
+        for key in FEATURE_KEYS:
+            assert features[key].shape == ref[key].shape, (source, key)
+            assert np.array_equal(features[key].numpy(), ref[key]), f"{source}: {key} differs"
+
+
+@needs_mirror
+def test_multichain_indexing_follows_proteinmpnn():
+    """1ay7: designed chain B first (0..88), then fixed chain A at 100 + 89 = 189 onwards; 1-based chain codes."""
+    chains = read_chains(MIRROR / "1ay7.cif.gz")
+    assert list(chains) == ["A", "B"]
+    f = featurize(chains, DesignOptions(designed_chains=["B"]))
+    n_b, n_a = len(chains["B"].sequence), len(chains["A"].sequence)
+    assert f["chain_order"] == ["B", "A"] and n_b == 89
+    assert f["residue_idx"][0].tolist() == list(range(n_b)) + [100 + n_b + i for i in range(n_a)]
+    assert f["chain_encoding_all"][0].tolist() == [1] * n_b + [2] * n_a
+    assert f["chain_M"][0].tolist() == [1.0] * n_b + [0.0] * n_a
+    both = featurize(chains)  # all designed: sorted A, B
+    assert both["residue_idx"][0, n_a].item() == 100 + n_a and both["chain_order"] == ["A", "B"]
+
+
+def test_parser_gaps_and_missing_backbone(tmp_path):
+    """A numbering gap becomes X with mask 0; a residue without O is masked but keeps its letter."""
+    lines = []
+    serial = 1
+    for resnum, name, atoms in ((1, "GLY", "N CA C O"), (2, "ALA", "N CA C"), (4, "SER", "N CA C O")):
+        for atom in atoms.split():
+            lines.append(f"ATOM  {serial:5d}  {atom:<3} {name} A{resnum:4d}    {serial:8.3f}{0.0:8.3f}{0.0:8.3f}"
+                         f"  1.00  0.00           {atom[0]}")
+            serial += 1
+    path = tmp_path / "toy.pdb"
+    path.write_text("\n".join(lines) + "\nEND\n")
+    chain = read_chains(path)["A"]
+    assert chain.sequence == "GAXS"
+    f = featurize({"A": chain})
+    assert f["mask"][0].tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert f["S"][0].tolist() == [5, 0, 20, 15] and float(f["X"][0, 2].abs().sum()) == 0.0
+
+
+def test_option_errors_name_the_item():
+    chains = {"A": ParsedChain("GAS", np.zeros((3, 4, 3)))}
+    with pytest.raises(StructureInputError, match="chain 'Z' not in structure"):
+        featurize(chains, DesignOptions(designed_chains=["Z"]))
+    with pytest.raises(StructureInputError, match="chain A position 4 outside 1..3"):
+        featurize(chains, DesignOptions(fixed_positions={"A": [4]}))
+    assert parse_tied("A:1-2 B:3-4") == [{"A": [1], "B": [3]}, {"A": [2], "B": [4]}]
+
+
+@needs_ref
+@pytest.mark.parametrize("chain", list(MANIFEST["chains"]))
+def test_design_command_reproduces_protein_mpnn_run(tmp_path, chain):
+    """Same seed and weights → the FASTA scores and sampled sequence protein_mpnn_run.py wrote."""
+    for name, entry in MANIFEST["checkpoints"].items():
+        if not entry.get("loadable_by_protein_mpnn_run_py"):
+            continue  # its run-script numbers exist only for checkpoints the script can load
+        out = tmp_path / name
+        assert design_main(["--structure", str(REF / MANIFEST["chains"][chain]["pdb"]), "--checkpoint",
+                            str(REF / entry["file"]), "--out", str(out), "--seed", str(MANIFEST["run_seed"]),
+                            "--temperature", str(MANIFEST["temperature"]), "--save-probs"]) == 0
+        native, samples = read_design_fasta(out / "seqs" / f"{chain}.fa")
+        scores = MANIFEST["chains"][chain]["scores"]
+        assert native["score"] == fmt(scores["score"]) and native["global_score"] == fmt(scores["global_score"])
+        assert native["sequence"] == MANIFEST["chains"][chain]["meta"]["seq"] and native["seed"] == "37"
+        (first,) = samples
+        assert first["sequence"] == scores["sample_seq"] and first["T"] == f"{MANIFEST['temperature']:g}"
+        assert first["score"] == fmt(scores["sample_score"])
+        assert first["seq_recovery"] == fmt(scores["sample_seq_recovery"])
+        probs = np.load(out / "probs" / f"{chain}.npz")
+        ref = np.load(REF / chain / "outputs.npz")
+        assert np.abs(probs["log_probs"] - ref["sample_log_probs"]).max() <= 2e-5
+
+
+@needs_ref
+@needs_mirror
+def test_fixed_tied_omit_bias_on_a_homodimer(tmp_path):
+    """4hhb α chains A, C tied: identical designs; fixed A positions keep the native; omitted letters never appear."""
+    bias = tmp_path / "bias.json"
+    bias.write_text(json.dumps({"A": {"10": {"W": 1e4}}}))
+    args = ["--structure", str(MIRROR / "4hhb.cif.gz"), "--checkpoint", str(small_checkpoint()), "--out",
+            str(tmp_path / "out"), "--chains-to-design", "A C", "--tied-positions", "A:20-141 C:20-141",
+            "--fixed-positions", "A:1-5 C:1-5", "--omit-aas", "XGNA", "--bias-by-res", str(bias), "--num-seq", "2",
+            "--seed", "11"]
+    assert design_main(args) == 0
+    native, samples = read_design_fasta(tmp_path / "out" / "seqs" / "4hhb.fa")
+    assert native["header"].count("designed_chains=['A', 'C']") == 1 and "fixed_chains=['B', 'D']" in native["header"]
+    nat_a, nat_c = native["sequence"].split("/")
+    for record in samples:
+        seq_a, seq_c = record["sequence"].split("/")
+        assert len(seq_a) == len(nat_a) == 141 and len(seq_c) == len(nat_c)
+        assert seq_a[19:] == seq_c[19:]  # tied A20-141 = C20-141
+        assert seq_a[:5] == nat_a[:5] and seq_c[:5] == nat_c[:5]  # fixed
+        assert seq_a[9] == "W"  # per-residue bias (position A10)
+        designed = seq_a[5:] + seq_c[5:]
+        assert not set(designed) & set("XGNA")  # omitted everywhere
+
+
+@needs_ref
+def test_score_only_writes_scores(tmp_path):
+    chain = next(iter(MANIFEST["chains"]))
+    assert design_main(["--structure", str(REF / MANIFEST["chains"][chain]["pdb"]), "--checkpoint",
+                        str(small_checkpoint()), "--out", str(tmp_path), "--score-only", "--num-seq", "3",
+                        "--seed", "3"]) == 0
+    result = np.load(tmp_path / "score_only" / f"{chain}.npz")
+    assert result["score"].shape == (3,) and np.all((result["score"] > 0) & np.isfinite(result["score"]))
+    assert len(set(np.round(result["score"], 6))) > 1  # each repeat draws its own decoding order
+    assert not (tmp_path / "seqs").exists()
+
+
+@needs_ref
+def test_checkpoint_round_trip_and_strict_errors(tmp_path):
+    for entry in MANIFEST["checkpoints"].values():
+        state, config = read_proteinmpnn(REF / entry["file"])
+        out = write_proteinmpnn(tmp_path / entry["file"], state, config)
+        again, config_again = read_proteinmpnn(out)
+        assert config_again == config and list(again) == list(state)
+        assert all(torch.equal(again[k], state[k]) and again[k].dtype == state[k].dtype for k in state)
+        raw = torch.load(out, weights_only=True)
+        assert sorted(raw) == ["model_state_dict", "noise_level", "num_edges"]
+        assert raw["num_edges"] == entry["num_edges"] and raw["noise_level"] == entry["noise_level"]
+    # extra training-checkpoint keys are ignored
+    torch.save({**raw, "epoch": 3, "step": 10, "optimizer_state_dict": {}}, tmp_path / "train.pt")
+    assert read_proteinmpnn(tmp_path / "train.pt")[1] == config
+    bad = dict(state)
+    key = "W_out.weight"
+    bad[key] = bad[key][:, :-1]
+    with pytest.raises(ProteinMPNNWeightsError, match=r"key 'W_out.weight' has shape \(21, \d+\), expected"):
+        write_proteinmpnn(tmp_path / "bad.pt", bad, config)
+    assert not (tmp_path / "bad.pt").exists() and not list(tmp_path.glob(".bad.pt*"))
+    torch.save({"num_edges": 48, "model_state_dict": state}, tmp_path / "nonoise.pt")
+    with pytest.raises(ProteinMPNNWeightsError, match="missing checkpoint key 'noise_level'"):
+        read_proteinmpnn(tmp_path / "nonoise.pt")
+    del bad[key]
+    torch.save({"num_edges": 48, "noise_level": 0.2, "model_state_dict": bad}, tmp_path / "missing.pt")
+    with pytest.raises(ProteinMPNNWeightsError, match="missing key 'W_out.weight'"):
+        read_proteinmpnn(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ProteinMPNNWeightsError, match="junk.pt: not a readable torch checkpoint"):
+        read_proteinmpnn(tmp_path / "junk.pt")
+
+
+def test_presets_match_released_sizes():
+    model = MPNNModel(preset="v_48_020")
+    assert model.hidden == 128 and model.k == 48 and model.noise == 0.2
+    assert len(model.encoder_layers) == 3 and len(model.decoder_layers) == 3
+    assert sum(p.numel() for p in model.parameters()) == 1660485  # ProteinMPNN v_48_0XX parameter count
+    assert MPNNModel(preset="v_48_002").noise == 0.02 and MPNNModel(preset="v_48_030").noise == 0.3
