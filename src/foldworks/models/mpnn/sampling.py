@@ -113,13 +113,17 @@ def sample(model: MPNNModel, X: Tensor, randn: Tensor, S_true: Tensor, chain_M: 
 
 @torch.no_grad()
 def conditional_probs(model: MPNNModel, X: Tensor, S: Tensor, mask: Tensor, chain_M: Tensor, residue_idx: Tensor,
-                      chain_encoding_all: Tensor, randn: Tensor, backbone_only: bool = False) -> Tensor:
+                      chain_encoding_all: Tensor, randn: Tensor, backbone_only: bool = False,
+                      positions: Sequence[int] | None = None) -> Tensor:
     """Log-probabilities ``[B, L, 21]`` of each designed position given all other residues' sequence
-    (``backbone_only``: given none). Only positions designed in batch row 0 are filled; others are 0."""
+    (``backbone_only``: given none). Only positions designed in batch row 0 are filled (of those,
+    only ``positions`` when given: one full decoder pass per position); others are 0."""
     h_V_enc, h_E, E_idx = model.encode(X, mask, residue_idx, chain_encoding_all)
     chain_M = chain_M * mask
     out = torch.zeros(*S.shape, N_TOKENS, device=X.device)
     for idx in torch.nonzero(chain_M[0] == 1)[:, 0].tolist():
+        if positions is not None and idx not in positions:
+            continue
         order_mask = torch.zeros(S.shape[1], device=X.device) if not backbone_only else torch.ones(S.shape[1],
                                                                                                    device=X.device)
         order_mask[idx] = 0.0 if backbone_only else 1.0
