@@ -190,3 +190,21 @@ def test_presets_match_released_sizes():
     assert len(model.encoder_layers) == 3 and len(model.decoder_layers) == 3
     assert sum(p.numel() for p in model.parameters()) == 1660485  # ProteinMPNN v_48_0XX parameter count
     assert MPNNModel(preset="v_48_002").noise == 0.02 and MPNNModel(preset="v_48_030").noise == 0.3
+
+
+@needs_ref
+def test_imported_checkpoint_works_with_predict_loader_and_init_from(tmp_path):
+    """The converted foldworks checkpoint and the raw released file give the same weights everywhere."""
+    from foldworks.models.weights.proteinmpnn import to_foldworks_checkpoint
+    from foldworks.train.checkpoint import model_from_checkpoint
+    from foldworks.train.init_from import initialise_from
+
+    source = small_checkpoint()
+    state, config = read_proteinmpnn(source)
+    model, stored = model_from_checkpoint(to_foldworks_checkpoint(source, tmp_path / "imported.ckpt"))
+    assert stored["model"] == "mpnn" and stored["model_config"] == config
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    fresh = MPNNModel(**config)
+    report = initialise_from(fresh, source, experiment="ft")
+    assert sorted(report["matched"]) == sorted(state) and not report["missing"]
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in state.items())

@@ -95,3 +95,22 @@ def write_proteinmpnn(path: str | Path, state: dict[str, torch.Tensor], config: 
     with atomic_open(path, "wb") as handle:
         torch.save(payload, handle)
     return path
+
+
+def to_foldworks_checkpoint(source: str | Path, path: str | Path) -> Path:
+    """Convert a released ProteinMPNN file into a foldworks ``mpnn`` checkpoint at ``path``.
+
+    The result is what ``predict``, ``evaluate`` and ``init_from`` read (``hyper_parameters.config``
+    with ``model: mpnn`` and the inferred ``model_config``; weights under ``state_dict`` as
+    ``model.<name>``). Checked before writing; written via a temporary file.
+    """
+    state, config = read_proteinmpnn(source)
+    checkpoint = {"state_dict": OrderedDict((f"model.{k}", v) for k, v in state.items()),
+                  "hyper_parameters": {"config": {"model": "mpnn", "model_config": config}},
+                  "foldworks": {"config": {"model": "mpnn", "model_config": config},
+                                "imported_from": {"format": "proteinmpnn", "file": str(source)}}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "wb") as handle:
+        torch.save(checkpoint, handle)
+    return path
