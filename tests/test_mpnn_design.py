@@ -8,6 +8,10 @@ ProteinMPNN's documented behaviour (multi-chain indexing, fixed/tied positions, 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +212,34 @@ def test_imported_checkpoint_works_with_predict_loader_and_init_from(tmp_path):
     report = initialise_from(fresh, source, experiment="ft")
     assert sorted(report["matched"]) == sorted(state) and not report["missing"]
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in state.items())
+
+
+@needs_ref
+def test_released_weights_experiment_is_imported_not_trained(tmp_path):
+    """An experiment with `weights:` gets its checkpoint from the released file and joins the design report."""
+    import yaml
+
+    from foldworks.models.weights.proteinmpnn import TRAINING_LOG_HEADER
+    from foldworks.models.weights.proteinmpnn import main as import_main
+
+    repo = Path(__file__).resolve().parents[1]
+    demo = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    demo["pdb"]["entries"] = ["1crn"]
+    demo["experiments"]["released"] = {"model": "mpnn", "weights": str(small_checkpoint())}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(demo))
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run([str(bin_dir / "snakemake"), "-s", str(repo / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml"), "-n", "--cores", "1",
+                           "results/design_summary.tsv"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, flags=re.M))
+    designs = [n for n, e in demo["experiments"].items() if e["model"] == "mpnn"]
+    assert jobs["import_design_weights"] == "1" and int(jobs["train"]) == len(designs) - 1
+    assert int(jobs["evaluate_design"]) == len(designs)  # evaluated beside the trained ones
+    out = tmp_path / "ckpt" / "best.ckpt"
+    assert import_main(["--weights", str(small_checkpoint()), "--out", str(out), "--training-log",
+                        str(tmp_path / "ckpt" / "metrics.csv")]) == 0
+    assert (tmp_path / "ckpt" / "metrics.csv").read_text() == TRAINING_LOG_HEADER
+    assert import_main(["--weights", str(tmp_path / "config.yaml"), "--out", str(tmp_path / "bad.ckpt")]) == 1
+    assert not (tmp_path / "bad.ckpt").exists()

@@ -9,6 +9,10 @@ is used as is. Hidden width and layer counts are inferred from the state dict
 ``num_edges``; the training noise (Å) is ``noise_level``.
 
 >>> state, config = read_proteinmpnn("v_48_020.pt")  # config: mpnn model_config
+
+As a command (a foldworks checkpoint for predict/evaluate/init_from, and an empty training log)::
+
+    python -m foldworks.models.weights.proteinmpnn --weights v_48_020.pt --out best.ckpt [--training-log metrics.csv]
 """
 
 from __future__ import annotations
@@ -114,3 +118,34 @@ def to_foldworks_checkpoint(source: str | Path, path: str | Path) -> Path:
     with atomic_open(path, "wb") as handle:
         torch.save(checkpoint, handle)
     return path
+
+
+#: Columns of the trainer's ``metrics.csv`` for a design experiment (an imported one has no rows).
+TRAINING_LOG_HEADER = "step,epoch,train_loss,val_loss,val_recovery\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import logging
+
+    parser = argparse.ArgumentParser(prog="python -m foldworks.models.weights.proteinmpnn",
+                                     description="Convert a released ProteinMPNN .pt into a foldworks mpnn checkpoint.")
+    parser.add_argument("--weights", required=True, type=Path, help="released ProteinMPNN .pt")
+    parser.add_argument("--out", required=True, type=Path, help="foldworks checkpoint to write")
+    parser.add_argument("--training-log", type=Path, help="also write an empty trainer metrics.csv here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        to_foldworks_checkpoint(args.weights, args.out)
+    except ProteinMPNNWeightsError as exc:
+        logging.error("%s", exc)
+        return 1
+    if args.training_log is not None:
+        with atomic_open(args.training_log, "w", encoding="utf-8") as handle:
+            handle.write(TRAINING_LOG_HEADER)
+    logging.info("wrote %s from %s", args.out, args.weights)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
