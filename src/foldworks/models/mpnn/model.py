@@ -169,7 +169,7 @@ class MPNNModel(nn.Module):
     def native_nll(self, batch: dict[str, Tensor], generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Per-residue NLL (nats) of the native sequence ``[B, L]`` under a random order, and the scored mask."""
         inp = batch_inputs(batch)
-        randn = torch.randn(inp["mask"].shape, generator=generator)
+        randn = torch.randn(inp["mask"].shape, generator=generator).to(inp["X"].device)
         log_probs, _ = self.log_probs(inp["X"], inp["S"], inp["mask"], inp["chain_M"], inp["residue_idx"],
                                       inp["chain_encoding_all"], randn)
         scored = (inp["mask"] * inp["chain_M"]) > 0
