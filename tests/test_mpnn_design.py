@@ -243,3 +243,53 @@ def test_released_weights_experiment_is_imported_not_trained(tmp_path):
     assert (tmp_path / "ckpt" / "metrics.csv").read_text() == TRAINING_LOG_HEADER
     assert import_main(["--weights", str(tmp_path / "config.yaml"), "--out", str(tmp_path / "bad.ckpt")]) == 1
     assert not (tmp_path / "bad.ckpt").exists()
+
+
+def test_loss_is_proteinmpnn_loss_smoothed():
+    """Σ over scored tokens of CE against (onehot + 0.1/21)/1.1, divided by the fixed 2000 (its training loss)."""
+    torch.manual_seed(0)
+    model = MPNNModel(hidden=16, n_encoder=1, n_decoder=1, k_neighbors=8)
+    log_probs = torch.log_softmax(torch.randn(2, 12, 21), -1)
+    S, scored = torch.randint(0, 21, (2, 12)), torch.rand(2, 12) > 0.3
+    ones = torch.ones(2, 12, dtype=torch.bool)
+    loss, logs = model.loss({"mask": ones, "residue_mask": ones},
+                            {"logits": log_probs, "S": S, "scored": scored, "node_mask": ones})
+    expected = 0.0
+    for b, i in zip(*torch.nonzero(scored, as_tuple=True)):
+        target = [((1.0 if a == S[b, i] else 0.0) + 0.1 / 21) / 1.1 for a in range(21)]
+        expected -= sum(t * float(log_probs[b, i, a]) for a, t in enumerate(target))
+    assert float(loss) == pytest.approx(expected / 2000.0, rel=1e-5)
+    nll = -log_probs.gather(-1, S[..., None])[..., 0][scored].mean()
+    assert logs["sequence_ce"] == pytest.approx(float(nll), rel=1e-5)
+
+
+@needs_ref
+def test_training_noise_only_in_training_mode():
+    """Backbone noise (the preset's training noise) and a random order in training; eval is deterministic."""
+    chain = next(iter(MANIFEST["chains"]))
+    from foldworks.constants import ATOM_ORDER
+
+    features = featurize(read_chains(REF / MANIFEST["chains"][chain]["pdb"]))
+    length = features["S"].shape[1]
+    atoms = torch.zeros(1, length, 37, 3)
+    atom_mask = torch.zeros(1, length, 37, dtype=torch.bool)
+    for slot, name in enumerate(("N", "CA", "C", "O")):
+        atoms[:, :, ATOM_ORDER[name]] = features["X"][:, :, slot]
+        atom_mask[:, :, ATOM_ORDER[name]] = True
+    from foldworks.models.mpnn import TOKEN_TO_AATYPE
+
+    batch = {"all_atom_positions": atoms, "all_atom_mask": atom_mask, "mask": torch.ones(1, length, dtype=torch.bool),
+             "residue_mask": torch.ones(1, length, dtype=torch.bool), "aatype": TOKEN_TO_AATYPE[features["S"]],
+             "residue_index": torch.arange(length)[None]}
+    model = MPNNModel(preset="v_48_020", dropout=0.0)
+    assert torch.equal(model(batch)["S"], features["S"])  # aatype → ProteinMPNN tokens
+    model.eval()
+    assert torch.equal(model(batch)["logits"], model(batch)["logits"])
+    model.train()
+    runs = []
+    for eps in (0.2, 0.2, 0.0):
+        model.features.augment_eps = eps
+        torch.manual_seed(1)
+        runs.append(model(batch)["logits"])
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+    assert model.noise == 0.2
