@@ -183,6 +183,12 @@ def test_checkpoint_round_trip_and_strict_errors(tmp_path):
     torch.save({"num_edges": 48, "noise_level": 0.2, "model_state_dict": bad}, tmp_path / "missing.pt")
     with pytest.raises(ProteinMPNNWeightsError, match="missing key 'W_out.weight'"):
         read_proteinmpnn(tmp_path / "missing.pt")
+    from foldworks.models.weights.proteinmpnn import import_proteinmpnn, is_proteinmpnn
+
+    assert is_proteinmpnn(tmp_path / "train.pt") and not is_proteinmpnn(tmp_path / "nonoise.pt")
+    assert import_proteinmpnn(tmp_path / "train.pt")[1:] == ("mpnn", config)
+    with pytest.raises(ProteinMPNNWeightsError, match="do not match preset 'cpu_small'"):
+        import_proteinmpnn(tmp_path / "train.pt", "cpu_small")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ProteinMPNNWeightsError, match="junk.pt: not a readable torch checkpoint"):
         read_proteinmpnn(tmp_path / "junk.pt")

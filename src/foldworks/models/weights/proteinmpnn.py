@@ -87,6 +87,30 @@ def read_proteinmpnn(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[st
     return OrderedDict(state), config
 
 
+def is_proteinmpnn(path: str | Path) -> bool:
+    """Whether ``path`` is a torch file holding a ProteinMPNN checkpoint dict (format detection)."""
+    try:
+        raw = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except Exception:
+        return False
+    return isinstance(raw, dict) and all(key in raw for key in REQUIRED_KEYS)
+
+
+def import_proteinmpnn(path: str | Path, preset: str | None = None) -> tuple[dict[str, torch.Tensor], str, dict[str, Any]]:
+    """``(state_dict, "mpnn", model_config)`` of a released file; ``preset`` (e.g. ``v_48_020``) must then match its sizes."""
+    state, config = read_proteinmpnn(path)
+    if preset is not None:
+        from foldworks.models.mpnn import PRESETS
+
+        if preset not in PRESETS:
+            raise ProteinMPNNWeightsError(f"{path}: unknown mpnn preset {preset!r}; known: {sorted(PRESETS)}")
+        sizes = {k: v for k, v in PRESETS[preset].items() if k != "backbone_noise"}
+        differ = {k: (config[k], v) for k, v in sizes.items() if config[k] != v}
+        if differ:
+            raise ProteinMPNNWeightsError(f"{path}: sizes {differ} (file, preset) do not match preset {preset!r}")
+    return state, "mpnn", config
+
+
 def write_proteinmpnn(path: str | Path, state: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
     """Write ``state`` in the released format (``num_edges`` = k, ``noise_level`` = training noise).
 
