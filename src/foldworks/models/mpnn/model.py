@@ -175,3 +175,10 @@ class MPNNModel(nn.Module):
         scored = (inp["mask"] * inp["chain_M"]) > 0
         nll = -log_probs.float().gather(-1, inp["S"][..., None])[..., 0]
         return nll * scored, scored
+
+    def sample(self, X: Tensor, randn: Tensor, S_true: Tensor, chain_M: Tensor, chain_encoding_all: Tensor,
+               residue_idx: Tensor, mask: Tensor, **options: Any) -> dict[str, Tensor]:
+        """ProteinMPNN's ``sample`` on this model: see :func:`foldworks.models.mpnn.sampling.sample`."""
+        from foldworks.models.mpnn.sampling import sample
+
+        return sample(self, X, randn, S_true, chain_M, chain_encoding_all, residue_idx, mask, **options)
