@@ -299,3 +299,25 @@ def test_training_noise_only_in_training_mode():
         runs.append(model(batch)["logits"])
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
     assert model.noise == 0.2
+
+
+@needs_ref
+@pytest.mark.parametrize("chain", list(MANIFEST["chains"]))
+def test_probability_modes_reproduce_protein_mpnn_run(tmp_path, chain):
+    """--unconditional-probs-only (every chain) and --conditional-probs-only (the shortest chain:
+    one decoder pass per position) equal the run script's arrays for a checkpoint it can load."""
+    shortest = min(MANIFEST["chains"], key=lambda c: MANIFEST["chains"][c]["meta"]["L"])
+    modes = [("--unconditional-probs-only", "unconditional_probs_only", "unconditional_log_probs")]
+    if chain == shortest:
+        modes.append(("--conditional-probs-only", "conditional_probs_only", "conditional_log_probs"))
+    for name, entry in MANIFEST["checkpoints"].items():
+        if not entry.get("loadable_by_protein_mpnn_run_py"):
+            continue
+        ref = np.load(REF / chain / "outputs.npz")
+        for flag, folder, key in modes:
+            out = tmp_path / name / folder
+            assert design_main(["--structure", str(REF / MANIFEST["chains"][chain]["pdb"]), "--checkpoint",
+                                str(REF / entry["file"]), "--out", str(out), "--seed", str(MANIFEST["run_seed"]),
+                                flag]) == 0
+            log_p = np.load(out / folder / f"{chain}.npz")["log_p"]
+            assert np.abs(log_p - ref[key]).max() <= 2e-5, (name, key)

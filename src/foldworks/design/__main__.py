@@ -4,7 +4,8 @@
         [--chains-to-design "A B"] [--fixed-positions "A:1-10,15 B:3"] [--tied-positions "A:1-50 B:1-50"] \\
         [--homo-oligomer] [--omit-aas XC] [--bias-aa "W:-1.0,A:0.5"] [--bias-by-res FILE] [--omit-aa-by-res FILE] \\
         [--temperature 0.1 0.2] [--num-seq 8] [--batch-size 1] [--backbone-noise 0.0] [--seed 37] \\
-        [--save-probs] [--score-only]
+        [--save-probs] [--score-only | --conditional-probs-only [--conditional-probs-backbone-only]
+         | --unconditional-probs-only]
 
 Positions are 1-based within a chain as parsed (gaps in residue numbering count). A tied group
 "A:1-50 B:1-50" ties A1 with B1, A2 with B2, …; separate several groups with ";".
@@ -86,6 +87,15 @@ def build_options(args: argparse.Namespace) -> DesignOptions:
                          tied_positions=tied, omit_by_position=omit_by_res, bias_by_position=by_res)
 
 
+def probs_mode(args: argparse.Namespace) -> str:
+    """The probability-only mode asked for ("" for design)."""
+    if args.unconditional_probs_only:
+        return "unconditional"
+    if args.conditional_probs_only:
+        return "conditional_backbone" if args.conditional_probs_backbone_only else "conditional"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m foldworks.design", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="random seed (0: draw one, reported in the FASTA)")
     parser.add_argument("--save-probs", action="store_true", help="also write per-position probabilities (npz)")
     parser.add_argument("--score-only", action="store_true", help="score the native sequence only")
+    parser.add_argument("--conditional-probs-only", action="store_true",
+                        help="log-probabilities of each designed position given the rest of the sequence")
+    parser.add_argument("--conditional-probs-backbone-only", action="store_true",
+                        help="with --conditional-probs-only: given the backbone only")
+    parser.add_argument("--unconditional-probs-only", action="store_true",
+                        help="log-probabilities from the structure alone (no sequence)")
     parser.add_argument("--threads", type=int, default=1)
     return parser
 
@@ -127,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = SamplingSettings(temperatures=args.temperature, num_seq=args.num_seq, batch_size=args.batch_size,
                                     omit_aas=args.omit_aas, bias_aa=parse_bias(args.bias_aa),
                                     backbone_noise=args.backbone_noise, seed=args.seed, score_only=args.score_only,
-                                    save_probs=args.save_probs)
+                                    save_probs=args.save_probs, probs_only=probs_mode(args))
         result = design_structure(args.checkpoint, args.structure, options, settings)
         for path in write_outputs(result, args.out, args.save_probs):
             log.info("wrote %s", path)

@@ -5,7 +5,8 @@ each temperature, ``num_batches`` × ``batch_size`` samples, each re-scored teac
 own decoding order. Outputs (written atomically): ``seqs/<name>.fa`` (:mod:`foldworks.design.fasta`),
 ``probs/<name>.npz`` (``log_probs``/``probs [N, L, 21]``, ``S [N, L]``, ``mask [L]``,
 ``chain_order``) when asked, ``score_only/<name>.npz`` (``score``, ``global_score`` ``[N]``) in
-score-only mode.
+score-only mode, ``conditional_probs_only/<name>.npz`` / ``unconditional_probs_only/<name>.npz``
+(``log_p [1, L, 21]``, ``S``, ``mask``, ``design_mask``, ``chain_order``) in the probability modes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 from foldworks.design import fasta
 from foldworks.design.structure import DesignOptions, featurize, read_chains
 from foldworks.fsutil import atomic_open, write_npz_atomic
-from foldworks.models.mpnn import ALPHABET, MPNNModel, sample, sequence_scores
+from foldworks.models.mpnn import (ALPHABET, MPNNModel, conditional_probs, sample, sequence_scores,
+                                   unconditional_probs)
 
 log = logging.getLogger("foldworks.design")
 
@@ -39,6 +41,7 @@ class SamplingSettings:
     backbone_noise: float = 0.0
     seed: int = 0  # 0 = draw one
     score_only: bool = False
+    probs_only: str = ""  # "conditional", "conditional_backbone" or "unconditional"
     save_probs: bool = False
 
 
@@ -86,6 +89,8 @@ def design_structure(checkpoint: Path, structure: Path, options: DesignOptions, 
     name = structure.name.split(".")[0]
     if settings.score_only:
         return {"name": name, "seed": seed, **_score_only(model, x, designed, settings)}
+    if settings.probs_only:
+        return {"name": name, "seed": seed, **_probs_only(model, x, designed, features, settings.probs_only)}
     randn_1 = torch.randn(x["chain_M"].shape)
     log_probs, _ = model.log_probs(x["X"], x["S"], x["mask"], x["chain_M"] * x["chain_M_pos"], x["residue_idx"],
                                    x["chain_encoding_all"], randn_1)
@@ -138,14 +143,28 @@ def _score_only(model: MPNNModel, x: dict[str, torch.Tensor], designed: torch.Te
                            "S": x["S"][0].numpy()}}
 
 
+def _probs_only(model: MPNNModel, x: dict[str, torch.Tensor], designed: torch.Tensor, features: dict[str, Any],
+                mode: str) -> dict[str, Any]:
+    if mode == "unconditional":
+        log_p = unconditional_probs(model, x["X"], x["mask"], x["residue_idx"], x["chain_encoding_all"])
+    else:
+        randn_1 = torch.randn(x["chain_M"].shape)
+        log_p = conditional_probs(model, x["X"], x["S"], x["mask"], x["chain_M"] * x["chain_M_pos"], x["residue_idx"],
+                                  x["chain_encoding_all"], randn_1, backbone_only=mode == "conditional_backbone")
+    folder = "unconditional_probs_only" if mode == "unconditional" else "conditional_probs_only"
+    return {folder: {"log_p": log_p[:1].numpy(), "S": x["S"][0].numpy(), "mask": x["mask"][0].numpy(),
+                     "design_mask": designed[0].numpy(), "chain_order": np.array(features["chain_order"])}}
+
+
 def write_outputs(result: dict[str, Any], out_dir: Path, save_probs: bool) -> list[Path]:
     """Write the run's files under ``out_dir`` (each atomically); returns their paths."""
     written = []
-    if "score_only" in result:
-        path = out_dir / "score_only" / f"{result['name']}.npz"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_npz_atomic(path, result["score_only"])
-        return [path]
+    for folder in ("score_only", "conditional_probs_only", "unconditional_probs_only"):
+        if folder in result:
+            path = out_dir / folder / f"{result['name']}.npz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_npz_atomic(path, result[folder])
+            return [path]
     path = out_dir / "seqs" / f"{result['name']}.fa"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path, "w", encoding="utf-8") as handle:
