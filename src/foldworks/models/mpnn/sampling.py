@@ -59,8 +59,9 @@ def sample(model: MPNNModel, X: Tensor, randn: Tensor, S_true: Tensor, chain_M: 
 
     Per step: ``probs = softmax(W_out(h)/T − 1e8·omit + bias/T + bias_by_res/T)`` in float64
     (the global ``bias_AAs [21]`` is float64), renormalised over ``1 − omit_AA_mask``, then one
-    ``torch.multinomial`` draw, also at fixed positions (which then keep ``S_true``). Steps whose
-    position is masked in every row take ``S_true`` without a draw. A tied group (0-based
+    ``torch.multinomial`` draw, also at fixed positions (which then keep ``S_true``). A step whose
+    position is masked in every row takes ``S_true`` without a draw (in a tied group: the first
+    such member's, for the whole group, as ``tied_sample`` does). A tied group (0-based
     positions, batch row 0's order) is decoded at its first member's step with the β-weighted
     mean of its members' logits (``tied_beta [L]``, default 1) and one shared draw.
     ``probs [B, L, 21]`` (float32) holds the per-step distributions, 0 at positions not designed.
@@ -89,23 +90,27 @@ def sample(model: MPNNModel, X: Tensor, randn: Tensor, S_true: Tensor, chain_M: 
     for step, group in enumerate(steps):
         ts = [order[:, step] if not tied_positions else torch.full((B,), p, device=device) for p in group]
         t = ts[-1]
-        if bool((mask[rows, ts[0]] == 0).all()):
-            S_t = S_true[rows, ts[0]]
-        else:
-            logits = 0.0
+        logits, masked_at = 0.0, None
+        for member in ts:
+            if bool((mask[rows, member] == 0).all()):  # padding / missing backbone: keep the input residue
+                masked_at = member
+                break
+            h = _step_layers(model, state, member)
+            logits = logits + tied_beta[member][:, None] * (model.W_out(h) / temperature) / len(ts)
+        if masked_at is not None:
             for member in ts:
-                h = _step_layers(model, state, member)
-                logits = logits + tied_beta[member][:, None] * (model.W_out(h) / temperature) / len(ts)
-            probs = torch.softmax(logits - omit[None] * 1e8 + bias[None] / temperature
-                                  + bias_by_res[rows, t] / temperature, dim=-1)
-            kept = probs * (1.0 - omit_AA_mask[rows, t])
-            probs = kept / kept.sum(-1, keepdim=True)
-            S_t = torch.multinomial(probs, 1, generator=generator)[:, 0]
-            for member in ts:
-                all_probs[rows, member] = (chain_mask[rows, member][:, None] * probs).float()
+                state["h_S"][rows, member] = model.W_s(S_true[rows, masked_at])
+                S[rows, member] = S_true[rows, masked_at]
+            continue
+        probs = torch.softmax(logits - omit[None] * 1e8 + bias[None] / temperature
+                              + bias_by_res[rows, t] / temperature, dim=-1)
+        kept = probs * (1.0 - omit_AA_mask[rows, t])
+        probs = kept / kept.sum(-1, keepdim=True)
+        S_t = torch.multinomial(probs, 1, generator=generator)[:, 0]
         for member in ts:
             designed = chain_mask[rows, member]
             S_m = (S_t * designed + S_true[rows, member] * (1.0 - designed)).long()
+            all_probs[rows, member] = (designed[:, None] * probs).float()
             state["h_S"][rows, member] = model.W_s(S_m)
             S[rows, member] = S_m
     return {"S": S, "probs": all_probs, "decoding_order": order}
