@@ -33,6 +33,15 @@ def _step_layers(model: MPNNModel, state: dict[str, Tensor], t: Tensor) -> Tenso
     return stack[-1][rows, t]
 
 
+def _step_probs(logits: Tensor, temperature: float, omit: Tensor, bias: Tensor, bias_t: Tensor, omit_t: Tensor
+                ) -> Tensor:
+    """``softmax(logits − 1e8·omit + bias/T + bias_t/T)`` renormalised over ``1 − omit_t`` ``[B, 21]``
+    (``logits`` already divided by T; float64 when ``bias`` is)."""
+    probs = torch.softmax(logits - omit[None] * 1e8 + bias[None] / temperature + bias_t / temperature, dim=-1)
+    kept = probs * (1.0 - omit_t)
+    return kept / kept.sum(-1, keepdim=True)
+
+
 def _groups(order: Tensor, tied: Sequence[Sequence[int]] | None) -> list[list[int]]:
     """Decoding steps of row 0's ``order``: single positions, or a whole tied group at its first member."""
     owner: dict[int, list[int]] = {}
@@ -102,10 +111,7 @@ def sample(model: MPNNModel, X: Tensor, randn: Tensor, S_true: Tensor, chain_M: 
                 state["h_S"][rows, member] = model.W_s(S_true[rows, masked_at])
                 S[rows, member] = S_true[rows, masked_at]
             continue
-        probs = torch.softmax(logits - omit[None] * 1e8 + bias[None] / temperature
-                              + bias_by_res[rows, t] / temperature, dim=-1)
-        kept = probs * (1.0 - omit_AA_mask[rows, t])
-        probs = kept / kept.sum(-1, keepdim=True)
+        probs = _step_probs(logits, temperature, omit, bias, bias_by_res[rows, t], omit_AA_mask[rows, t])
         S_t = torch.multinomial(probs, 1, generator=generator)[:, 0]
         for member in ts:
             designed = chain_mask[rows, member]
