@@ -68,6 +68,22 @@ def _inputs_for(features: dict[str, Any], copies: int) -> dict[str, torch.Tensor
     return {k: features[k].expand(copies, *features[k].shape[1:]).contiguous() for k in keys}
 
 
+def _prepare(checkpoint: Path, structure: Path, options: DesignOptions, settings: SamplingSettings, seed: int
+             ) -> tuple[dict[str, Any], MPNNModel, str]:
+    """Seed, featurise, build the model (in ProteinMPNN's order); warn about masked positions."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    features = featurize(read_chains(structure), options)
+    model, model_name = load_design_model(checkpoint)
+    model.features.augment_eps, model.features.noise_in_eval = settings.backbone_noise, settings.backbone_noise > 0
+    missing = int((features["mask"] == 0).sum())
+    if missing:
+        log.warning("%s: %d of %d positions lack N, CA, C or O (or are numbering gaps): masked, not designed",
+                    structure, missing, features["mask"].shape[1])
+    return features, model, model_name
+
+
 @torch.no_grad()
 def design_structure(checkpoint: Path, structure: Path, options: DesignOptions, settings: SamplingSettings
                      ) -> dict[str, Any]:
@@ -77,16 +93,10 @@ def design_structure(checkpoint: Path, structure: Path, options: DesignOptions, 
     from torch's generator), then the scoring and sampling draws; with the same seed and weights
     the outputs equal ``protein_mpnn_run.py``'s.
     """
-    seed = settings.seed or int(np.random.randint(0, 999))
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
-    features = featurize(read_chains(structure), options)
-    model, model_name = load_design_model(checkpoint)
-    model.features.augment_eps, model.features.noise_in_eval = settings.backbone_noise, settings.backbone_noise > 0
+    seed, name = settings.seed or int(np.random.randint(0, 999)), structure.name.split(".")[0]
+    features, model, model_name = _prepare(checkpoint, structure, options, settings, seed)
     x = _inputs_for(features, settings.batch_size)
     designed = x["mask"] * x["chain_M"] * x["chain_M_pos"]
-    name = structure.name.split(".")[0]
     if settings.score_only:
         return {"name": name, "seed": seed, **_score_only(model, x, designed, settings)}
     if settings.probs_only:
