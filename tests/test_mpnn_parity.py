@@ -36,10 +36,10 @@ REF = reference_dir()
 MANIFEST = json.loads((REF / "manifest.json").read_text()) if REF else {"checkpoints": {}, "chains": {}}
 
 
-def _outputs_name(ckpt: str, chain_files: dict) -> str:
-    """``outputs_<tag>.npz`` when the checkpoint name starts with ``<tag>_`` (e.g. ``small``), else ``outputs.npz``."""
-    tagged = [n for n in chain_files if n.startswith("outputs_") and ckpt.startswith(n[len("outputs_"):-4] + "_")]
-    return tagged[0] if tagged else "outputs.npz"
+def _file_name(kind: str, ckpt: str, chain_files: dict) -> str:
+    """``<kind>_<tag>.npz`` when the checkpoint name starts with ``<tag>_`` (e.g. ``small``), else ``<kind>.npz``."""
+    tagged = [n for n in chain_files if n.startswith(f"{kind}_") and ckpt.startswith(n[len(kind) + 1:-4] + "_")]
+    return tagged[0] if tagged else f"{kind}.npz"
 
 
 CASES = [(c, ch) for c in MANIFEST["checkpoints"] for ch in MANIFEST["chains"]]
@@ -65,7 +65,7 @@ def models() -> dict[str, MPNNModel]:
 def load_case(ckpt: str, chain: str) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
     files = MANIFEST["chains"][chain]["files"]
     inputs = dict(np.load(REF / chain / "inputs.npz"))
-    outputs = dict(np.load(REF / chain / _outputs_name(ckpt, files)))
+    outputs = dict(np.load(REF / chain / _file_name("outputs", ckpt, files)))
     tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items() if k != "native_seq"}
     return tensors, outputs
 
@@ -73,6 +73,26 @@ def load_case(ckpt: str, chain: str) -> tuple[dict[str, torch.Tensor], dict[str,
 def close(actual: torch.Tensor, expected: np.ndarray, what: str) -> None:
     diff = np.abs(actual.detach().double().numpy() - expected.astype(np.float64)).max()
     assert diff <= ATOL, f"{what}: max abs diff {diff:.3g} > {ATOL}"
+
+
+@pytest.mark.parametrize("ckpt,chain", CASES)
+def test_graph_features_and_encoder(models, ckpt, chain):
+    """Neighbours, virtual Cβ, the 416-wide edge input, embedded edges and encoder states at the stored rows."""
+    x, _ = load_case(ckpt, chain)
+    ref = np.load(REF / chain / _file_name("intermediates", ckpt, MANIFEST["chains"][chain]["files"]))
+    model, rows = models[ckpt], torch.from_numpy(ref["rows"])
+    from foldworks.models.mpnn.features import virtual_cb
+
+    with torch.no_grad():
+        raw, e_idx = model.features.raw_edges(x["X"], x["mask"], x["residue_idx"], x["chain_encoding_all"])
+        E = model.features.norm_edges(model.features.edge_embedding(raw))
+        h_V, h_E, _ = model.encode(x["X"], x["mask"], x["residue_idx"], x["chain_encoding_all"])
+    assert np.array_equal(e_idx.numpy(), ref["E_idx"]), f"{ckpt}/{chain}: neighbour lists differ"
+    close(virtual_cb(x["X"]), ref["Cb"], "Cb")
+    close(raw[:, rows], ref["E_raw_rows"], "E_raw rows")
+    close(E[:, rows], ref["E_rows"], "E rows")
+    close(h_V, ref["h_V_encoder"], "h_V after the encoder")
+    close(h_E[:, rows], ref["h_E_encoder_rows"], "h_E after the encoder")
 
 
 @pytest.mark.parametrize("ckpt,chain", CASES)
