@@ -127,20 +127,42 @@ def conditional_probs(model: MPNNModel, X: Tensor, S: Tensor, mask: Tensor, chai
                       chain_encoding_all: Tensor, randn: Tensor, backbone_only: bool = False,
                       positions: Sequence[int] | None = None) -> Tensor:
     """Log-probabilities ``[B, L, 21]`` of each designed position given all other residues' sequence
-    (``backbone_only``: given none). Only positions designed in batch row 0 are filled (of those,
-    only ``positions`` when given: one full decoder pass per position); others are 0."""
-    h_V_enc, h_E, E_idx = model.encode(X, mask, residue_idx, chain_encoding_all)
+    (``backbone_only``: given none), each from its own decoder pass with that position decoded last
+    (first). Only positions designed in batch row 0 are filled (of those, only ``positions`` when
+    given); others are 0."""
+    h_V, h_E, E_idx = model.encode(X, mask, residue_idx, chain_encoding_all)
     chain_M = chain_M * mask
+    h_ES = cat_neighbors_nodes(model.W_s(S), h_E, E_idx)
+    context = model.encoder_context(h_V, h_E, E_idx)
     out = torch.zeros(*S.shape, N_TOKENS, device=X.device)
     for idx in torch.nonzero(chain_M[0] == 1)[:, 0].tolist():
         if positions is not None and idx not in positions:
             continue
-        order_mask = torch.zeros(S.shape[1], device=X.device) if not backbone_only else torch.ones(S.shape[1],
-                                                                                                   device=X.device)
+        order_mask = torch.full((S.shape[1],), float(backbone_only), device=X.device)
         order_mask[idx] = 0.0 if backbone_only else 1.0
         order = torch.argsort((order_mask[None] + 0.0001) * torch.abs(randn))
-        out[:, idx] = model.decode(h_V_enc, h_E, E_idx, S, mask, order)[:, idx]
+        out[:, idx] = _decode_at(model, h_V, h_ES, context, E_idx, mask, order, idx)
     return out
+
+
+def _decode_at(model: MPNNModel, h_V: Tensor, h_ES: Tensor, context: Tensor, E_idx: Tensor, mask: Tensor,
+               order: Tensor, target: int) -> Tensor:
+    """Teacher-forced log-probabilities ``[B, 21]`` at ``target`` only (same values as a full decoder pass).
+
+    Decoder layer l is evaluated only at the positions that later layers read: ``target`` for
+    the last, plus its neighbours for the one before, and so on (the receptive field).
+    """
+    mask_bw, mask_fw = order_masks(order, E_idx, mask)
+    n_layers = len(model.decoder_layers)
+    need = [torch.tensor([target], device=h_V.device)]
+    for _ in range(n_layers - 1):
+        need.append(torch.unique(torch.cat([need[-1], E_idx[:, need[-1]].reshape(-1)])))
+    for layer, rows in zip(model.decoder_layers, reversed(need)):
+        h_ESV = mask_bw[:, rows] * cat_neighbors_nodes(h_V, h_ES[:, rows], E_idx[:, rows]) \
+            + mask_fw[:, rows] * context[:, rows]
+        h_V = h_V.clone()
+        h_V[:, rows] = layer(h_V[:, rows], h_ESV, mask[:, rows])
+    return torch.log_softmax(model.W_out(h_V[:, target]), dim=-1)
 
 
 @torch.no_grad()
