@@ -94,6 +94,10 @@ def test_option_errors_name_the_item():
     with pytest.raises(StructureInputError, match="chain A position 4 outside 1..3"):
         featurize(chains, DesignOptions(fixed_positions={"A": [4]}))
     assert parse_tied("A:1-2 B:3-4") == [{"A": [1], "B": [3]}, {"A": [2], "B": [4]}]
+    with pytest.raises(StructureInputError, match="'x-3' is not a number or range"):
+        parse_tied("A:x-3 B:1")
+    with pytest.raises(StructureInputError, match="every chain needs the same number of positions"):
+        parse_tied("A:1-3 B:1")
 
 
 @needs_ref

@@ -33,6 +33,8 @@ def parse_positions(text: str) -> list[int]:
     out: list[int] = []
     for part in filter(None, text.split(",")):
         low, _, high = part.partition("-")
+        if not low.isdigit() or not (high or low).isdigit():
+            raise StructureInputError(f"positions {text!r}: {part!r} is not a number or range (e.g. 1-10,15)")
         out.extend(range(int(low), int(high or low) + 1))
     return out
 
@@ -66,7 +68,10 @@ def parse_bias(text: str) -> dict[str, float]:
     out = {}
     for item in filter(None, text.split(",")):
         letter, _, value = item.partition(":")
-        out[letter.strip()] = float(value)
+        try:
+            out[letter.strip()] = float(value)
+        except ValueError:
+            raise StructureInputError(f"--bias-aa {text!r}: {item!r} is not LETTER:NUMBER") from None
     return out
 
 
