@@ -5,6 +5,10 @@
 # it like a trained experiment (its training log has no rows).
 
 IMPORTED_EXPERIMENTS = [name for name in DESIGN_EXPERIMENTS if config["experiments"][name].get("weights")]
+for _name, _spec in config["experiments"].items():
+    if _spec.get("weights") and _spec["model"] != "mpnn":
+        raise ValueError(f"experiment {_name}: 'weights' (a released ProteinMPNN file) needs model mpnn, "
+                         f"not {_spec['model']!r}")
 
 
 rule import_design_weights:
