@@ -21,9 +21,10 @@ import torch
 from _features_fixture import build_feature_cache
 from conftest import REPO_ROOT
 from foldworks.constants import ATOM_ORDER, RESTYPES
+from foldworks.design.fasta import read_design_fasta
 from foldworks.evaluate.design import main as evaluate_design_main
 from foldworks.models import build_model, model_task
-from foldworks.models.mpnn import knn_graph
+from foldworks.models.mpnn import batch_inputs, knn_graph
 from foldworks.predict.__main__ import main as predict_main
 from foldworks.predict.design import design_chain, fasta_text
 from foldworks.report.design import main as report_design_main
@@ -100,23 +101,26 @@ def test_design_predict_evaluate_report_on_mirror_chains(cache: Path, trained: P
     table = pd.read_parquet(cache / "chains.parquet")
     test = sorted(f"{e}_{c}" for e, c, s in zip(table["entry"], table["chain"], table["split"]) if s == "test")
     assert sorted(p.stem for p in pred.glob("*.fasta")) == test and len(list((pred / "train").glob("*.fasta"))) == 2
-    index = pd.read_csv(pred / "index.tsv", sep="\t")
     header_recovery = {}
     for target in test:
-        records = (pred / f"{target}.fasta").read_text().splitlines()
-        native = str(load_feature_file(cache / "features" / f"{target}.npz")["sequence"])
-        assert records[0].startswith(f">{target} native length={len(native)}") and records[1] == native
-        assert len(records) == 2 + 2 * 3
+        feats = load_feature_file(cache / "features" / f"{target}.npz")
+        native_rec, samples = read_design_fasta(pred / f"{target}.fasta")
+        native = native_rec["sequence"]
+        assert native_rec["header"].startswith(f"{target}, score=") and len(native) == len(str(feats["sequence"]))
+        assert float(native_rec["score"]) > 0 and native_rec["designed_chains"] == f"['{target.rsplit('_', 1)[1]}']"
+        assert len(samples) == 3
+        backbone = [ATOM_ORDER[a] for a in ("N", "CA", "C", "O")]
+        designed = [i for i, ok in enumerate(feats["atom_mask"][:, backbone].all(-1)) if ok]
         values = []
-        for header, seq in zip(records[2::2], records[3::2]):
-            fields = dict(re.findall(r"(\w+)=(\S+)", header))
-            assert header.startswith(f">{target} sample=") and fields["T"] == "0.5" and float(fields["score"]) < 0
-            designed = [i for i, a in enumerate(seq) if a.isupper()]
+        for index, record in enumerate(samples):
+            seq = record["sequence"]
+            assert record["sample"] == str(index + 1) and record["T"] == "0.5" and float(record["score"]) > 0
+            assert "X" not in "".join(seq[i] for i in designed)  # X is never sampled
             identity = sum(seq[i] == native[i] for i in designed) / len(designed)
-            assert float(fields["recovery"]) == pytest.approx(identity, abs=1e-4)
+            assert float(record["seq_recovery"]) == pytest.approx(identity, abs=1e-4)
             values.append(identity)
         header_recovery[target] = float(np.mean(values))
-        assert index.set_index("target").loc[target, "mean_recovery"] == pytest.approx(np.mean(values), abs=1e-4)
+        assert index_table_recovery(pred, target) == pytest.approx(np.mean(values), abs=1e-4)
 
     out = tmp_path / "metrics" / "design.tsv"
     assert evaluate_design_main(["--predictions", str(pred), "--checkpoint", str(trained / "best.ckpt"),
@@ -131,7 +135,8 @@ def test_design_predict_evaluate_report_on_mirror_chains(cache: Path, trained: P
     mode = RESTYPES[int(freq.argmax())]
     for target, row in metrics.iterrows():
         native = str(load_feature_file(cache / "features" / f"{target}.npz")["sequence"])
-        designed = [i for i, a in enumerate((pred / f"{target}.fasta").read_text().splitlines()[3]) if a.isupper()]
+        atoms = load_feature_file(cache / "features" / f"{target}.npz")["atom_mask"]
+        designed = [i for i, ok in enumerate(atoms[:, [ATOM_ORDER[a] for a in ("N", "CA", "C", "O")]].all(-1)) if ok]
         assert row["recovery"] == pytest.approx(header_recovery[target], abs=1e-4)
         assert row["baseline_mode_recovery"] == pytest.approx(np.mean([native[i] == mode for i in designed]), abs=1e-4)
         assert row["baseline_background_recovery"] == pytest.approx(
@@ -150,6 +155,10 @@ def test_design_predict_evaluate_report_on_mirror_chains(cache: Path, trained: P
                                  str(cache / "features"), "--out", str(tmp_path / "x.tsv")]) == 1
 
 
+def index_table_recovery(pred: Path, target: str) -> float:
+    return float(pd.read_csv(pred / "index.tsv", sep="\t").set_index("target").loc[target, "mean_recovery"])
+
+
 def test_missing_backbone_atoms_are_masked_and_counted(cache: Path, trained: Path) -> None:
     feats = load_feature_file(cache / "features" / "1ubq_A.npz")
     feats["atom_mask"] = feats["atom_mask"].copy()
@@ -162,41 +171,40 @@ def test_missing_backbone_atoms_are_masked_and_counted(cache: Path, trained: Pat
     assert not node[[5, 6, 7, 12]].any() and int(node.sum()) == int(batch["residue_mask"][0].sum()) - 4
     _, logs = model.loss(batch, outputs)
     assert logs["masked_backbone_residues"] == 4.0
-    enc = model.encode(batch)
-    used = enc["e_idx"][0][enc["edge_mask"][0]]
-    assert not torch.isin(used, torch.tensor([5, 6, 7, 12])).any()  # never a neighbour
-    assert not enc["edge_mask"][0, [5, 6, 7, 12]].any()  # and no edges of their own
+    x = batch_inputs(batch)
+    _, e_idx = knn_graph(x["X"][:, :, 1], x["mask"], model.k)
+    nodes = int(x["mask"][0].sum())
+    assert not torch.isin(e_idx[0, :, : min(model.k, nodes)][x["mask"][0] > 0], torch.tensor([5, 6, 7, 12])).any()
     result = design_chain(model, feats, 2, 0.1, 0)
     assert result["masked_backbone"] == 4 and not result["designed"][[5, 6, 7, 12]].any()
     text = fasta_text("1ubq_A", result, 0.1, 0)
     sample = text.splitlines()[3]
-    native = str(feats["sequence"])
-    assert "masked_backbone=4" in text.splitlines()[0]
-    assert all(sample[i] == native[i].lower() for i in (5, 6, 7, 12))
+    native = text.splitlines()[1]
+    assert all(sample[i] == native[i] for i in (5, 6, 7, 12))  # not designed: native kept
 
 
 def test_chain_shorter_than_k_uses_all_residues(cache: Path) -> None:
     feats = load_feature_file(cache / "features" / "1l2y_A.npz")
     length = len(str(feats["sequence"]))
     assert length < 48
-    model = build_model("mpnn", {"hidden": 8, "n_encoder": 1, "n_decoder": 1})  # k = 48 (default)
+    model = build_model("mpnn", {"hidden": 8, "n_encoder": 1, "n_decoder": 1}).eval()  # k = 48 (default)
     batch = collate([make_example(feats, None, 1, None)])
-    enc = model.encode(batch)
-    assert enc["e_idx"].shape == (1, length, length)
-    nodes = enc["node_mask"][0]
-    assert (enc["edge_mask"][0].sum(-1)[nodes] == int(nodes.sum())).all()  # every node sees every node
+    x = batch_inputs(batch)
+    _, e_idx = knn_graph(x["X"][:, :, 1], x["mask"], model.k)
+    assert e_idx.shape == (1, length, length)  # K = min(k, L)
+    assert all(sorted(row) == list(range(length)) for row in e_idx[0].tolist())  # every residue sees every one
     loss, _ = model.loss(batch, model(batch))
     assert torch.isfinite(loss)
-    seqs, logp = model.sample(batch, 0.1, 2, torch.Generator().manual_seed(0))
-    assert seqs.shape == (2, 1, length) and bool((logp[:, 0][:, nodes] < 0).all())
-    idx, mask = knn_graph(torch.randn(1, 5, 3), torch.tensor([[True, True, False, True, True]]), 48)
-    assert idx.shape == (1, 5, 5) and mask[0].sum(-1).tolist() == [4, 4, 0, 4, 4]
+    result = design_chain(model, feats, 2, 0.1, 0)
+    assert result["tokens"].shape == (2, length) and np.all(result["scores"] > 0)
+    dist, idx = knn_graph(torch.randn(1, 5, 3), torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0]]), 48)
+    assert idx.shape == (1, 5, 5) and set(idx[0, 0, :4].tolist()) == {0, 1, 3, 4}  # masked residue ranks last
 
 
 def test_init_from_reports_keys_freezes_and_refuses_shape_mismatch(cache: Path, trained: Path, tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     parent = trained / "best.ckpt"
-    child = {**MPNN, "init_from": str(parent), "freeze": ["encoder", "edge_in"],
+    child = {**MPNN, "init_from": str(parent), "freeze": ["encoder_layers", "features"],
              "model_config": {**MPNN["model_config"], "backbone_noise": 0.1}}
     assert _train(cache, tmp_path / "child", child, "child") == 0
     report = json.loads((tmp_path / "child" / "config.json").read_text())["init_report"]
@@ -205,21 +213,21 @@ def test_init_from_reports_keys_freezes_and_refuses_shape_mismatch(cache: Path, 
     assert not report["shape_mismatched"] and report["checkpoint"] == str(parent)
     last = load_checkpoint(tmp_path / "child" / "last.ckpt")
     weights = {k[len("model."):]: v for k, v in last["state_dict"].items()}
-    frozen = [k for k in weights if k.startswith(("encoder", "edge_in"))]
+    frozen = [k for k in weights if k.startswith(("encoder_layers", "features"))]
     assert frozen and all(torch.equal(weights[k], parent_ema[k]) for k in frozen)  # loaded, then never updated
     assert any(not torch.equal(weights[k], parent_ema[k]) for k in weights if k.startswith("decoder"))
     model = build_model("mpnn", MPNN["model_config"])
-    trainable = len(list(model.parameters())) - len(freeze_parameters(model, ["encoder", "edge_in"]))
+    trainable = len(list(model.parameters())) - len(freeze_parameters(model, ["encoder_layers", "features"]))
     assert sum(len(g["params"]) for g in last["optimizer_states"][0]["param_groups"]) == trainable
 
     caplog.set_level(logging.ERROR)
     wider = {**MPNN, "init_from": str(parent), "model_config": {**MPNN["model_config"], "hidden": 12}}
     assert _train(cache, tmp_path / "wider", wider, "wider") == 1
-    assert "shape mismatch" in caplog.text and "edge_in.weight: (8, 400) -> (12, 400)" in caplog.text
+    assert "shape mismatch" in caplog.text and "features.edge_embedding.weight: (8, 416) -> (12, 416)" in caplog.text
     deeper = build_model("mpnn", {**MPNN["model_config"], "n_decoder": 2}).state_dict()
-    keys = init_report(deeper, parent_ema, exclude=["out."])
-    assert keys["missing"] and all(k.startswith("decoder.1.") for k in keys["missing"])
-    assert keys["excluded"] == ["out.bias", "out.weight"] and not keys["unexpected"]
+    keys = init_report(deeper, parent_ema, exclude=["W_out."])
+    assert keys["missing"] and all(k.startswith("decoder_layers.1.") for k in keys["missing"])
+    assert keys["excluded"] == ["W_out.bias", "W_out.weight"] and not keys["unexpected"]
     with pytest.raises(InitError, match="'decodr'"):
         freeze_parameters(build_model("mpnn", MPNN["model_config"]), ["decodr"], "child")
 
@@ -337,8 +345,8 @@ def test_target_without_a_complete_backbone_is_reported_not_fatal(tmp_path: Path
     from foldworks.evaluate.design import score_target
 
     fasta = tmp_path / "1ffk_A.fasta"
-    fasta.write_text(">1ffk_A native length=4 designed=0\nAGKL\n"
-                     ">1ffk_A sample=0 T=0.1 score=-2.0000 recovery=0.0000\nAAAA\n")
+    fasta.write_text(">1ffk_A, score=nan, global_score=nan, fixed_chains=[], designed_chains=['A'], model_name=m, "
+                     "seed=1\nAGKL\n>T=0.1, sample=1, score=2.0000, global_score=2.0000, seq_recovery=0.0000\nAAAA\n")
     composition = np.full(20, 0.05)
     args = ("1ffk_A", fasta, np.array([0, 7, 11, 10]), np.zeros(4, bool), np.ones(4), composition)
     row = score_target(*args, masked_backbone=4)

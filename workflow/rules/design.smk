@@ -1,5 +1,37 @@
 # Design families (task "design", e.g. mpnn): evaluation and report. Training is rule `train` and
 # prediction rule `predict` (both task-aware); structure families use rules evaluate/report.
+# An experiment with `weights:` (a released ProteinMPNN file) is not trained: rule
+# import_design_weights converts the file into its checkpoint, so predict/evaluate/report treat
+# it like a trained experiment (its training log has no rows).
+
+IMPORTED_EXPERIMENTS = [name for name in DESIGN_EXPERIMENTS if config["experiments"][name].get("weights")]
+for _name, _spec in config["experiments"].items():
+    if _spec.get("weights") and _spec["model"] != "mpnn":
+        raise ValueError(f"experiment {_name}: 'weights' (a released ProteinMPNN file) needs model mpnn, "
+                         f"not {_spec['model']!r}")
+
+
+rule import_design_weights:
+    wildcard_constraints:
+        experiment=experiment_pattern(IMPORTED_EXPERIMENTS),
+    input:
+        weights=lambda wildcards: config["experiments"][wildcards.experiment]["weights"],
+    output:
+        best="results/checkpoints/{experiment}/best.ckpt",
+        metrics="results/checkpoints/{experiment}/metrics.csv",
+    params:
+        code=code_hash("models"),
+    localrule: True
+    conda:
+        "../../envs/python.yaml"
+    log:
+        "logs/train/{experiment}.log",
+    shell:
+        "python -m foldworks.models.weights.proteinmpnn --weights {input.weights} --out {output.best}"
+        " --training-log {output.metrics} 2> {log}"
+
+
+ruleorder: import_design_weights > train
 
 
 rule evaluate_design:

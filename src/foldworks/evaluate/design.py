@@ -4,11 +4,12 @@
         results/checkpoints/NAME/best.ckpt --chains data/chains.parquet --features-dir data/features \\
         --out results/metrics/NAME.tsv [--train-out results/metrics/train/NAME.tsv]
 
-Per target (:data:`DESIGN_COLUMNS`, DATA_FORMATS.md §8b), over the *designed* residues (resolved,
-complete N/CA/C/O backbone, standard amino acid; the native comes from the feature file):
+Per target (:data:`DESIGN_COLUMNS`, DATA_FORMATS.md §8b), over the *designed* residues (present
+with a complete N/CA/C/O backbone, as ProteinMPNN scores them; the native comes from the feature
+file):
 
 * ``recovery``: mean over the FASTA's samples of the identity to the native (0..1);
-  ``recovery_best``: the highest-scoring sample's (max ``score``);
+  ``recovery_best``: the best-scoring sample's (lowest ``score``, ProteinMPNN's mean NLL);
 * ``perplexity``: exp(mean NLL) of the native sequence under the model (teacher-forced, one
   random decoding order from a fixed seed), per residue;
 * composition baselines from the train split's residue frequencies ``p`` (chains.parquet
@@ -24,7 +25,6 @@ import argparse
 import json
 import logging
 import math
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -34,39 +34,25 @@ import numpy as np
 import pandas as pd
 
 from foldworks.constants import RESTYPES, UNK_INDEX
+from foldworks.design import fasta
 from foldworks.fsutil import write_tsv_atomic
 from foldworks.logutil import setup_logging
 
 log = logging.getLogger("foldworks.evaluate.design")
 DESIGN_COLUMNS = ("target", "length", "designed", "masked_backbone", "n_samples", "recovery", "recovery_best",
                   "perplexity", "baseline_mode_recovery", "baseline_background_recovery")
-_HEADER_RE = re.compile(r"(\w+)=(\S+)")
 
 
 class DesignEvaluationError(ValueError):
     """A missing or malformed design prediction (message names the target)."""
 
 
-def read_design_fasta(path: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """``(native header fields, samples)`` of a design FASTA; each sample: header fields + ``sequence``."""
-    native: dict[str, str] | None = None
-    samples: list[dict[str, Any]] = []
-    header, seq = None, []
-    lines = path.read_text(encoding="utf-8").splitlines() + [">"]
-    for line in lines:
-        if not line.startswith(">"):
-            seq.append(line.strip())
-            continue
-        if header is not None:
-            fields = dict(_HEADER_RE.findall(header))
-            if " native" in header and native is None:
-                native = {**fields, "sequence": "".join(seq)}
-            elif "sample" in fields:
-                samples.append({**fields, "sequence": "".join(seq)})
-        header, seq = line[1:], []
-    if native is None or not samples:
-        raise DesignEvaluationError(f"{path}: expected a native record and at least one sample")
-    return native, samples
+def read_design_fasta(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(native record, samples)`` of a design FASTA (:func:`foldworks.design.fasta.read_design_fasta`)."""
+    try:
+        return fasta.read_design_fasta(path)
+    except ValueError as exc:
+        raise DesignEvaluationError(str(exc)) from exc
 
 
 def train_composition(chains: Path) -> np.ndarray:
@@ -104,7 +90,7 @@ def score_target(target: str, fasta: Path, native_aatype: np.ndarray, designed: 
         same = np.array([a == b for a, b in zip(seq, native)]) & designed
         recoveries.append(float(same.sum()) / count)
         scores.append(float(sample.get("score", "nan")))
-    best = int(np.nanargmax(scores)) if not all(math.isnan(s) for s in scores) else 0
+    best = int(np.nanargmin(scores)) if not all(math.isnan(s) for s in scores) else 0
     aa = native_aatype[designed]
     return {"target": target, "length": len(native), "designed": count,
             "masked_backbone": masked_backbone,
@@ -119,6 +105,7 @@ def evaluate_design(predictions: Path, checkpoint: Path, chains: Path, features_
     """Metric rows for ``targets`` (each must have ``{predictions}/{target}.fasta``)."""
     import torch
 
+    from foldworks.models.mpnn import batch_inputs
     from foldworks.train.checkpoint import model_from_checkpoint
     from foldworks.train.data import collate, load_feature_file, make_example
 
@@ -136,7 +123,7 @@ def evaluate_design(predictions: Path, checkpoint: Path, chains: Path, features_
         batch = collate([make_example(load_feature_file(features_dir / f"{target}.npz"), None, 1, None)])
         with torch.no_grad():
             nll, scored = model.native_nll(batch, torch.Generator().manual_seed(seed))
-            node_mask = model.encode(batch)["node_mask"][0].numpy()
+            node_mask = batch_inputs(batch)["mask"][0].numpy() > 0
         masked = int((batch["residue_mask"][0].numpy() & ~node_mask).sum())
         row = score_target(target, predictions / f"{target}.fasta", batch["aatype"][0].numpy(), scored[0].numpy(),
                            nll[0].double().numpy(), composition, masked)

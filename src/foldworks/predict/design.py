@@ -2,18 +2,19 @@
 
 Outputs (DATA_FORMATS.md §7b): ``{out_dir}/{target}.fasta`` for every chain of the requested
 splits (``{out_dir}/train/{target}.fasta`` for the deterministic train subset of
-:func:`foldworks.predict.run.train_subset`), each with the native sequence first and then
-``n_samples`` designs::
+:func:`foldworks.predict.run.train_subset`), in ProteinMPNN's FASTA layout
+(:mod:`foldworks.design.fasta`): the native record, then ``n_samples`` designs::
 
-    >1ubq_A native length=76 designed=76 masked_backbone=0
+    >1ubq_A, score=2.3012, global_score=2.3012, fixed_chains=[], designed_chains=['A'], model_name=mpnn, seed=123
     MQIFVKTLTG...
-    >1ubq_A sample=0 T=0.1 score=-1.2345 recovery=0.4211 seed=123
+    >T=0.1, sample=1, score=1.2345, global_score=1.2345, seq_recovery=0.4211
     MKVEIRVNGE...
 
-``score`` = mean log-probability (nats, temperature 1) of the sampled residues over the designed
-positions; ``recovery`` = identity to the native over the designed positions (resolved, complete
-N/CA/C/O backbone, standard amino acid). Positions that are not designed (backbone incomplete
-or unresolved) carry the native residue in lower case. ``index.tsv``: :data:`INDEX_HEADER`.
+``score`` = mean NLL (nats, temperature 1) over the designed positions (present, complete
+N/CA/C/O backbone), each sequence scored with its own decoding order; ``seq_recovery`` =
+identity to the native there. Positions that are not designed keep the native residue.
+Sampling is ProteinMPNN's (X omitted, float64 probabilities), from a per-target seed.
+``index.tsv``: :data:`INDEX_HEADER`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from foldworks.constants import RESTYPES, UNK_INDEX
+from foldworks.design import fasta
 from foldworks.fsutil import atomic_open, write_tsv_atomic
+from foldworks.models.mpnn import ALPHABET, batch_inputs, sample, sequence_scores
 from foldworks.train.data import collate, load_feature_file, make_example, select_targets
 
 log = logging.getLogger(__name__)
@@ -53,46 +55,56 @@ def target_seed(seed: int, target: str) -> int:
     return (int(seed) * 1_000_003 + int(hashlib.sha256(target.encode()).hexdigest()[:12], 16)) % (2 ** 63)
 
 
-def tokens_to_sequence(tokens: np.ndarray, native: np.ndarray, designed: np.ndarray) -> str:
-    """One-letter sequence: designed positions from ``tokens``, others the native residue in lower case."""
-    letters = RESTYPES + "X"
-    return "".join(letters[t] if d else letters[n].lower() for t, n, d in zip(tokens, native, designed))
-
-
 @torch.no_grad()
 def design_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], n_samples: int, temperature: float,
                  seed: int) -> dict[str, Any]:
-    """Sample ``n_samples`` sequences for one whole chain.
+    """Sample ``n_samples`` sequences for one whole chain (ProteinMPNN tokens ``ACDEFGHIKLMNPQRSTVWYX``).
 
-    Returns ``native [L]``, ``designed [L]`` (bool), ``tokens [n, L]``, ``scores [n]`` (mean log-prob,
-    nats), ``recovery [n]`` (0..1) and ``masked_backbone`` (resolved residues left out for an
-    incomplete backbone).
+    Returns ``native [L]``, ``designed [L]`` (bool), ``tokens [n, L]``, ``scores``/``global_scores [n]``
+    (mean NLL, nats), ``recovery [n]`` (0..1), ``native_score``/``native_global_score`` and
+    ``masked_backbone`` (resolved residues left out for an incomplete backbone). Uses its own
+    seeded random stream; torch's global generator is left as it was.
     """
     batch = collate([make_example(feats, None, 1, None)])
-    generator = torch.Generator().manual_seed(seed)
-    tokens, logp = model.sample(batch, temperature=temperature, n_samples=n_samples, generator=generator)
-    enc_mask = model.encode(batch)["node_mask"]
-    designed = model.loss_mask(batch, {"node_mask": enc_mask})[0].numpy()
-    native = batch["aatype"][0].numpy()
-    tokens, logp = tokens[:, 0].numpy(), logp[:, 0].float().numpy()
-    count = max(1, int(designed.sum()))
-    scores = (logp * designed).sum(1) / count
-    recovery = ((tokens == native[None]) & designed[None]).sum(1) / count
-    masked = int((batch["residue_mask"][0] & ~enc_mask[0]).sum())
-    return {"native": native, "designed": designed, "tokens": tokens, "scores": scores, "recovery": recovery,
-            "masked_backbone": masked}
+    x = batch_inputs(batch)
+    designed = x["mask"] * x["chain_M"]
+    omit = torch.tensor([float(a == "X") for a in ALPHABET])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        randn_1 = torch.randn(x["mask"].shape)
+        native_lp, _ = model.log_probs(x["X"], x["S"], x["mask"], x["chain_M"], x["residue_idx"],
+                                       x["chain_encoding_all"], randn_1)
+        tokens, scores, global_scores = [], [], []
+        for _ in range(n_samples):
+            randn_2 = torch.randn(x["mask"].shape)
+            out = sample(model, x["X"], randn_2, x["S"], x["chain_M"], x["chain_encoding_all"], x["residue_idx"],
+                         x["mask"], temperature, omit_AAs=omit)
+            lp, _ = model.log_probs(x["X"], out["S"], x["mask"], x["chain_M"], x["residue_idx"],
+                                    x["chain_encoding_all"], randn_2, order=out["decoding_order"])
+            tokens.append(out["S"][0].numpy())
+            scores.append(float(sequence_scores(out["S"], lp, designed)[0]))
+            global_scores.append(float(sequence_scores(out["S"], lp, x["mask"])[0]))
+    native, chosen = x["S"][0].numpy(), designed[0].numpy() > 0
+    tokens_arr = np.stack(tokens)
+    count = max(1, int(chosen.sum()))
+    masked = int((batch["residue_mask"][0] & (x["mask"][0] == 0)).sum())
+    return {"native": native, "designed": chosen, "tokens": tokens_arr, "scores": np.array(scores),
+            "global_scores": np.array(global_scores),
+            "recovery": ((tokens_arr == native[None]) & chosen[None]).sum(1) / count,
+            "native_score": float(sequence_scores(x["S"], native_lp, designed)[0]),
+            "native_global_score": float(sequence_scores(x["S"], native_lp, x["mask"])[0]), "masked_backbone": masked}
 
 
-def fasta_text(target: str, result: dict[str, Any], temperature: float, seed: int) -> str:
-    """The FASTA file of one target (native record first, then one record per sample)."""
-    native, designed = result["native"], result["designed"]
-    lines = [f">{target} native length={len(native)} designed={int(designed.sum())} "
-             f"masked_backbone={result['masked_backbone']}",
-             tokens_to_sequence(native.clip(max=UNK_INDEX), native, np.ones_like(designed))]
-    for index, (tokens, score, recovery) in enumerate(zip(result["tokens"], result["scores"], result["recovery"])):
-        lines.append(f">{target} sample={index} T={temperature:g} score={score:.4f} recovery={recovery:.4f} "
-                     f"seed={seed}")
-        lines.append(tokens_to_sequence(tokens, native, designed))
+def fasta_text(target: str, result: dict[str, Any], temperature: float, seed: int, model_name: str = "mpnn") -> str:
+    """The FASTA file of one target (ProteinMPNN's layout: native record first, then one record per sample)."""
+    chain = target.rsplit("_", 1)[-1]
+    lines = [fasta.native_header(target, result["native_score"], result["native_global_score"], [], [chain],
+                                 model_name, seed),
+             "".join(ALPHABET[t] for t in result["native"])]
+    for index, tokens in enumerate(result["tokens"]):
+        lines.append(fasta.sample_header(temperature, index + 1, result["scores"][index],
+                                         result["global_scores"][index], result["recovery"][index]))
+        lines.append("".join(ALPHABET[t] for t in tokens))
     return "\n".join(lines) + "\n"
 
 
@@ -121,7 +133,7 @@ def predict_design(model: torch.nn.Module, chains: Path, features_dir: Path, out
         rows.append((target, split, len(result["native"]), int(result["designed"].sum()), result["masked_backbone"],
                      n, temperature, round(float(result["scores"].mean()), 4),
                      round(float(result["recovery"].mean()), 4)))
-        log.info("%s (%s): %d residues, %d designed, mean recovery %.3f, mean score %.3f", target, split,
+        log.info("%s (%s): %d residues, %d designed, mean recovery %.3f, mean score (NLL) %.3f", target, split,
                  rows[-1][2], rows[-1][3], rows[-1][8], rows[-1][7])
     write_tsv_atomic(out_dir / "index.tsv", INDEX_HEADER, rows)
     return rows

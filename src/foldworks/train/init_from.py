@@ -79,7 +79,9 @@ def initialise_from(model: nn.Module, checkpoint: str | Path, exclude: Sequence[
     Raises :class:`InitError` naming the key on a shape mismatch outside ``exclude``, or when no
     key matches at all (wrong parent).
     """
-    parent = model_weights(load_checkpoint(checkpoint))
+    raw = load_checkpoint(checkpoint)
+    # a released ProteinMPNN file ({'num_edges', 'noise_level', 'model_state_dict'}) holds plain weights
+    parent = dict(raw["model_state_dict"]) if "model_state_dict" in raw and "num_edges" in raw else model_weights(raw)
     state = model.state_dict()
     report = init_report(state, parent, exclude)
     if report["shape_mismatched"]:

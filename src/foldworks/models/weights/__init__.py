@@ -1,0 +1,1 @@
+"""Readers and writers for released model-weight formats (one module per format)."""
