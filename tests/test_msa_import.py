@@ -245,3 +245,14 @@ def test_config_section():
                        ({"layout": "openfold", "path": "/x", "hhfilter": {"foo": 1}}, "hhfilter")):
         with pytest.raises(MsaConfigError, match=match):
             resolve_msa_config({"precomputed": {"sources": [{"name": "s", **bad}]}})
+
+
+def test_shard_digest_follows_exactly_its_hashes_rows():
+    from foldworks.msa.rules import import_shard_digest
+
+    digests = {"aa01": "x", "aa02": "y", "bb01": "z"}
+    shard = import_shard_digest(digests, "aa01,aa02")
+    assert shard == import_shard_digest(digests, ["aa02", "aa01"]), "comma-joined items == list"
+    assert import_shard_digest({**digests, "bb01": "changed"}, "aa01,aa02") == shard
+    assert import_shard_digest({**digests, "aa02": "changed"}, "aa01,aa02") != shard
+    assert import_shard_digest({"aa01": "x"}, "aa01,aa02") != shard, "a row that disappears counts"

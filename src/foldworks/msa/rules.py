@@ -75,12 +75,14 @@ def read_import_digests(path: str) -> dict[str, str]:
     return {seq_hash: row_digest(row) for seq_hash, row in read_index(path).items()}
 
 
-def import_shard_digest(digests: dict[str, str], hashes: Iterable[str]) -> str:
-    """16 hex characters over the index rows of an msa shard's hashes (``absent`` for a hash the
-    index lacks): the msa rule's param, so a changed alignment reruns only its shard."""
+def import_shard_digest(digests: dict[str, str], hashes: Iterable[str] | str) -> str:
+    """16 hex characters over the index rows of an msa shard's hashes (a list or one comma-joined
+    string; ``absent`` for a hash the index lacks): the msa rule's param, so a changed alignment
+    reruns only its shard."""
     import hashlib
 
-    lines = sorted(f"{h}={digests.get(h, 'absent')}" for h in set(hashes))
+    items = hashes.split(",") if isinstance(hashes, str) else hashes
+    lines = sorted(f"{h}={digests.get(h, 'absent')}" for h in set(items) if h)
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
 
 
