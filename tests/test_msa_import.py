@@ -256,3 +256,44 @@ def test_shard_digest_follows_exactly_its_hashes_rows():
     assert import_shard_digest({**digests, "bb01": "changed"}, "aa01,aa02") == shard
     assert import_shard_digest({**digests, "aa02": "changed"}, "aa01,aa02") != shard
     assert import_shard_digest({"aa01": "x"}, "aa01,aa02") != shard, "a row that disappears counts"
+
+
+def test_shard_planner_imports_known_hashes_and_routes_the_rest(layouts, searched, tmp_path):
+    """Inside an msa shard: a hash in the index is imported (input digest = query + its row);
+    with ``missing: search`` an unknown hash goes to the search plan, with ``fail`` it gets a
+    failure record; the digests of the two routes differ, so adding its alignment reruns it."""
+    from foldworks.msa.precomputed import INDEX_COLUMNS
+    from foldworks import fsutil
+    from foldworks.shards.run import Plan
+    from foldworks.shards.stages.msa import import_planner
+
+    rows, _ = build_index([layouts["openproteinset"]])
+    known = rows[0]
+    index = tmp_path / "index.tsv"
+    fsutil.write_tsv_atomic(index, INDEX_COLUMNS, [[known[c] for c in INDEX_COLUMNS]])
+    sequences = {sequence_hash(s): s for s, _ in searched.values()}
+    unknown = next(h for h in sequences if h != known["sequence_hash"])
+    for seq_hash, sequence in sequences.items():
+        path = tmp_path / "sequences" / seq_hash[:2] / f"{seq_hash}.fasta"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f">{seq_hash}\n{sequence}\n")
+    searched_plans = []
+
+    def search_plan(seq_hash: str) -> Plan:
+        searched_plans.append(seq_hash)
+        return Plan("search-digest", ["x.a3m"], lambda: ("ok", "sha", ""))
+
+    def params(missing: str) -> str:
+        return json.dumps({"precomputed": {"missing": missing, "sources": [{"name": "ops", "hhfilter": HHFILTER}]}})
+
+    common = (str(tmp_path / "sequences"), str(tmp_path / "data/msa"), str(tmp_path / "failures"), None)
+    plan_of = import_planner(str(index), params("search"), *common, search_plan)
+    status, _, _ = plan_of(known["sequence_hash"]).compute()
+    assert status == "ok" and read_header((tmp_path / "data" / f"msa/{known['sequence_hash'][:2]}/"
+                                           f"{known['sequence_hash']}.a3m").read_text())["tool"] == "import"
+    routed = plan_of(unknown)
+    assert searched_plans == [unknown] and routed.input_sha256 != "search-digest"
+    failing = import_planner(str(index), params("fail"), *common, None)(unknown)
+    status, _, reason = failing.compute()
+    assert status == "failed" and f"sequence {unknown}" in reason and "msa sources ops" in reason
+    assert (tmp_path / "failures" / "msa" / f"{unknown}.json").is_file()
