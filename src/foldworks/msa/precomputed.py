@@ -16,7 +16,7 @@ Alignments are matched to the run's sequences by the hash of their query row (fi
 normalised as the chain table does: upper case, any letter outside the 20 amino acids ``X``),
 never by chain name. :func:`build_index` reads every alignment file once and writes one row
 per query hash: the group it came from, the chain names of that group and each file's SHA-256,
-so a changed file changes exactly its hash's row. Bad groups (unreadable or malformed file,
+so a changed file changes exactly its hash's row. Bad groups (unreadable file, malformed or gapped query row,
 files whose queries differ, a chain named twice) become one line each in the problems file and
 the rest continues.
 
