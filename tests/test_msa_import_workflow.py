@@ -131,8 +131,9 @@ def test_changed_alignment_reruns_exactly_its_hash(imported, no_hhblits):
 
 def test_missing_and_mismatched_alignments_are_recorded(imported, no_hhblits):
     """1crn's folder now holds 1ubq's alignment: 1crn has no alignment (failure record naming the
-    folder's file and both hashes), 1ubq's is still found by its query; a malformed file is one
-    problems line; the other chains' features are built (--keep-going)."""
+    folder's file and both hashes), 1ubq's is still found by its query and 1ubq's emptied folder
+    is one problems line; a malformed file is refused at import (failure record naming the file
+    and row); the other chains' features are built (--keep-going)."""
     chains = passed_chains(imported).set_index("entry")
     crn, ubq = chains.loc["1crn"], chains.loc["1ubq"]
     ops = imported / "ops"
@@ -144,8 +145,10 @@ def test_missing_and_mismatched_alignments_are_recorded(imported, no_hhblits):
     bad.write_text(f">q\n{aki['sequence']}\n>hit\nACDE\n")
     ok(snakemake(imported, "data/msa_import/index.tsv"))
     problems = (imported / "data/msa_import/problems.tsv").read_text()
-    assert f"1aki_{aki['chain']}/a3m/bfd_uniclust_hits.a3m: a3m row 1 ('hit') has 4 match columns" in problems
+    assert f"ops\t1ubq_{ubq['chain']}\t1ubq_{ubq['chain']}: no alignment files" in problems
     ok(snakemake(imported, "--keep-going", *feature_targets(imported)))
+    malformed = json.loads((imported / f"data/failures/msa/{aki['sequence_hash']}.json").read_text())
+    assert f"1aki_{aki['chain']}/a3m/bfd_uniclust_hits.a3m: a3m row 1 ('hit') has 4 match columns" in malformed["reason"]
     record = json.loads((imported / f"data/failures/msa/{crn['sequence_hash']}.json").read_text())
     assert (f"holds 1crn_{crn['chain']} in 1crn_{crn['chain']}/a3m/uniref90_hits.a3m with query "
             f"{ubq['sequence_hash']} ({len(ubq['sequence'])} residues)") in record["reason"]
