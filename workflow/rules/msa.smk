@@ -120,9 +120,7 @@ if MSA_SOURCES:
 
 
 def msa_import_digest(wildcards) -> str:
-    """The msa shard's digest of its hashes' precomputed-index rows (``none`` without sources)."""
-    if not MSA_SOURCES:
-        return "none"
+    """The msa shard's digest of its hashes' precomputed-index rows (``no-index`` before it exists)."""
     try:
         stat = os.stat(MSA_IMPORT_INDEX)
     except FileNotFoundError:
@@ -136,8 +134,12 @@ def _import_digests(mtime_ns: int, size: int) -> dict[str, str]:
     return msa_rules.read_import_digests(MSA_IMPORT_INDEX)
 
 
-MSA_DB_ARGS = "--db-records {input.dbs}" if MSA_SEARCHES else ""
-MSA_IMPORT_ARGS = f"--import-index {MSA_IMPORT_INDEX} --chain-table data/chains.parquet" if MSA_SOURCES else ""
+# Without precomputed sources the msa rule's command and params are exactly those of a search-only
+# workflow (a changed command or param set would rerun every finished shard).
+MSA_SOURCE_ARGS = "".join((
+    "--db-records {input.dbs} " if MSA_SEARCHES else "",
+    f"--import-index {MSA_IMPORT_INDEX} --chain-table data/chains.parquet " if MSA_SOURCES else ""))
+MSA_IMPORT_PARAMS = {"imported": msa_import_digest} if MSA_SOURCES else {}
 
 
 rule msa:
@@ -151,10 +153,10 @@ rule msa:
         shard="[0-9a-f]{%d}" % MSA_SHARD_CHARS,
     params:
         members=msa_shard_items,
-        imported=msa_import_digest,
         search=MSA_SEARCH_PARAMS,
         tool=MSA_CFG["tool"],
         code=MSA_SEARCH_CODE,
+        **MSA_IMPORT_PARAMS,
     threads: 1 if MSA_CFG["tool"] == "hhblits" else 2
     resources:
         # not params: a new timeout or number of attempts must not make finished shards outdated
@@ -166,7 +168,7 @@ rule msa:
         "logs/msa/{shard}.log",
     shell:
         "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
-        " --manifest {output.manifest:q} " + MSA_DB_ARGS + " " + MSA_IMPORT_ARGS + " --params {params.search:q} --code {params.code}"
+        " --manifest {output.manifest:q} " + MSA_SOURCE_ARGS + "--params {params.search:q} --code {params.code}"
         " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
         " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
         " --failures-dir data/failures 2>> {log:q}"
