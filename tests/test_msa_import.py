@@ -297,3 +297,40 @@ def test_shard_planner_imports_known_hashes_and_routes_the_rest(layouts, searche
     status, _, reason = failing.compute()
     assert status == "failed" and f"sequence {unknown}" in reason and "msa sources ops" in reason
     assert (tmp_path / "failures" / "msa" / f"{unknown}.json").is_file()
+
+
+def test_rebuild_reads_only_changed_groups(layouts, searched, tmp_path, monkeypatch):
+    """The CLI keeps a copy of its last index; a rebuild reads only groups whose files changed."""
+    from foldworks.msa import precomputed
+
+    out, problems = tmp_path / "out" / "index.tsv", tmp_path / "out" / "problems.tsv"
+    argv = ["--sources", json.dumps([layouts["openfold"]]), "--out", str(out), "--problems", str(problems)]
+    assert precomputed.main(argv) == 0
+    first = read_index(out)
+    read = []
+    original = precomputed.group_row
+    monkeypatch.setattr(precomputed, "group_row", lambda s, g: read.append(g.name) or original(s, g))
+    out.unlink()  # Snakemake removes the output before the job runs
+    assert precomputed.main(argv) == 0
+    assert read == [] and read_index(out) == first
+    path = Path(layouts["openfold"]["path"]) / "1ubq_A" / "bfd_uniclust_hits.a3m"
+    path.write_text(path.read_text() + f">extra\n{searched['1ubq_A'][0]}\n")
+    assert precomputed.main(argv) == 0
+    assert read == ["1ubq_A"]
+    changed = {h for h, row in read_index(out).items() if row_digest(row) != row_digest(first[h])}
+    assert changed == {sequence_hash(searched["1ubq_A"][0])}
+
+
+def test_schema_refuses_source_paths_that_are_not_plain(tmp_path):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from conftest import REPO_ROOT
+
+    config = {"pdb": {"entries": ["1aki"], "source": "/x"}, "experiments": {"e": {"model": "distogram"}},
+              "msa": {"precomputed": {"sources": [{"name": "s", "layout": "openfold", "path": "/data/of"}]}}}
+    validate(config, str(REPO_ROOT / "workflow/schemas/config.schema.yaml"))
+    assert config["msa"]["precomputed"]["missing"] == "fail"
+    config["msa"]["precomputed"]["sources"][0]["path"] = "$(touch /tmp/x)"
+    with pytest.raises(WorkflowError, match="does not match"):
+        validate(config, str(REPO_ROOT / "workflow/schemas/config.schema.yaml"))

@@ -20,7 +20,8 @@ so a changed file changes exactly its hash's row. Bad groups (unreadable file, m
 files whose queries differ, a chain named twice) become one line each in the problems file and
 the rest continues.
 
-CLI (rule ``msa_import``)::
+A copy of the last index beside it (``.index.tsv``) lets a rebuild skip every group whose files
+kept their names, sizes and mtimes. CLI (checkpoint ``msa_import``)::
 
     python -m foldworks.msa.precomputed --sources '<JSON list of sources>' \\
         --out data/msa_import/index.tsv --problems data/msa_import/problems.tsv
@@ -51,7 +52,7 @@ LAYOUTS = ("openfold", "openproteinset", "alignment_db", "colabfold")
 SKIPPED_STEMS = ("uniprot_hits", "hmm_output")
 ALIGNMENT_SUFFIXES = (".a3m", ".sto")
 DUPLICATES_FILE = "duplicate_pdb_chains.txt"
-INDEX_COLUMNS = ("sequence_hash", "source", "group", "length", "names", "files", "root")
+INDEX_COLUMNS = ("sequence_hash", "source", "group", "length", "names", "files", "root", "stat")
 PROBLEM_COLUMNS = ("source", "item", "reason")
 
 
@@ -229,20 +230,39 @@ def group_row(source: dict[str, Any], group: Group) -> dict[str, Any]:
             "length": len(query), "names": ",".join(group.names), "files": json.dumps(files, separators=(",", ":")), "root": str(root)}
 
 
-def build_index(sources: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+def group_stat(source: dict[str, Any], group: Group) -> str:
+    """16 hex characters over the names, sizes and mtimes of a group's files (and its names):
+    equal to the last index's value means the group is unchanged and its row is reused."""
+    root, digest = source_root(source), hashlib.sha256(",".join(group.names).encode())
+    for label, locator in group.members:
+        name = locator.rsplit("#", 1)[0] if "#" in locator else locator.split(":", 1)[0]
+        stat = (root / name).stat()
+        digest.update(f"{label}\t{locator}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def build_index(sources: Sequence[dict[str, Any]], previous: dict[str, dict[str, Any]] | None = None
+                ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
     """Index rows (one per query hash; the first source in config order, then the first group by
-    name, wins) and problem rows ``(source, item, reason)`` of every source."""
+    name, wins) and problem rows ``(source, item, reason)`` of every source. A group whose
+    :func:`group_stat` equals its row in ``previous`` (:func:`read_index`) is not read again."""
     rows: dict[str, dict[str, Any]] = {}
     problems: list[tuple[str, str, str]] = []
+    known = {(row["source"], row["group"], row["stat"]): row for row in (previous or {}).values()}
     for source in sources:
         groups, listed = source_groups(source)
         problems += [(source["name"], "-", line) for line in listed]
         for group in groups:
             try:
-                row = group_row(source, group)
+                stat = group_stat(source, group)
+                reused = known.get((source["name"], group.name, stat))
+                row = ({**reused, "root": str(source_root(source))} if reused
+                       else {**group_row(source, group), "stat": stat})
             except (A3MError, OSError, ValueError) as exc:
                 problems.append((source["name"], group.name, " ".join(str(exc).split())))
                 continue
+            if isinstance(row["files"], list):
+                row = {**row, "files": json.dumps(row["files"], separators=(",", ":"))}
             if row["sequence_hash"] in rows:
                 kept = rows[row["sequence_hash"]]
                 LOG.info("msa source %s: %s has the query of %s/%s (kept)", source["name"], group.name,
@@ -296,15 +316,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--problems", required=True, help="problems TSV (data/msa_import/problems.tsv)")
     args = parser.parse_args(argv)
     setup_logging("msa_import")
+    state = Path(args.out).with_name(f".{Path(args.out).name}")  # survives Snakemake removing --out
     try:
-        rows, problems = build_index(json.loads(args.sources))
+        previous = read_index(state) if state.is_file() else None
+        rows, problems = build_index(json.loads(args.sources), previous)
     except (OSError, ValueError) as exc:
         LOG.error("msa import: %s", exc)
         return 1
     for source, item, reason in problems:
         LOG.error("msa source %s: %s: %s", source, item, reason)
     fsutil.write_tsv_atomic(args.problems, PROBLEM_COLUMNS, problems)
-    fsutil.write_tsv_atomic(args.out, INDEX_COLUMNS, [[row[c] for c in INDEX_COLUMNS] for row in rows])
+    table = [[row[c] for c in INDEX_COLUMNS] for row in rows]
+    fsutil.write_tsv_atomic(state, INDEX_COLUMNS, table)
+    fsutil.write_tsv_atomic(args.out, INDEX_COLUMNS, table)
     LOG.info("msa import: %d query sequences indexed, %d problems -> %s", len(rows), len(problems), args.out)
     return 0
 
