@@ -17,15 +17,19 @@
 import shlex
 
 from foldworks.msa import rules as msa_rules
-from foldworks.msa.config import build_spec, resolve_msa_config, search_slice
+from foldworks.msa.config import build_spec, index_sources, resolve_msa_config, search_slice, uses_search
 
 MSA_CFG = resolve_msa_config(config["msa"])
+MSA_SOURCES = index_sources(MSA_CFG)
+MSA_SEARCHES = uses_search(MSA_CFG)
+MSA_IMPORT_INDEX = "data/msa_import/index.tsv"
 MSA_DBS = {db["name"]: db for db in MSA_CFG["databases"]}
 MSA_MAX_ATTEMPTS = int(MSA_CFG["retries"]) + 1
 MSA_SEARCH_PARAMS = json.dumps(search_slice(MSA_CFG), sort_keys=True)
 MSA_SEARCH_CODE = code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
                             "msa/mmseqs_search", "msa/ffindex", "shards/stages/common",
-                            "shards/stages/msa")
+                            "shards/stages/msa", *(("msa/importer", "msa/precomputed", "msa/stockholm")
+                                                   if MSA_SOURCES else ()))
 
 
 checkpoint msa_db:
@@ -90,9 +94,58 @@ checkpoint msa_db_external:
 MSA_SHARD_CHARS = int(MSA_CFG["shard_chars"] if MSA_CFG["tool"] == "hhblits" else MSA_CFG["mmseqs"]["shard_chars"])
 
 
+# Precomputed alignments (`msa.precomputed`, docs/alignments.md): checkpoint msa_import reads every
+# source once into data/msa_import/index.tsv (one row per query sequence hash, with each file's
+# SHA-256). It reruns when a source file's path, size or mtime changes (`stamp`, a walk of the
+# sources at DAG time); the msa shards take the index `ancient` plus a param digest of exactly
+# their hashes' rows, so a changed alignment reruns only the shard (and inside it the hash) whose
+# row changed, once the checkpoint has run. Imported hashes make no search tool call.
+if MSA_SOURCES:
+
+    checkpoint msa_import:
+        output:
+            index=MSA_IMPORT_INDEX,
+            problems="data/msa_import/problems.tsv",
+        params:
+            sources=json.dumps(MSA_SOURCES, sort_keys=True),
+            stamp=lambda wildcards: ",".join(msa_rules.source_stamps(MSA_SOURCES)),
+            code=code_hash("msa/precomputed", "msa/stockholm", "msa/a3m"),
+        conda:
+            "../../envs/hhsuite.yaml"
+        log:
+            "logs/msa_import.log",
+        shell:
+            "python -m foldworks.msa.precomputed --sources {params.sources:q} --out {output.index:q}"
+            " --problems {output.problems:q} 2> {log:q}"
+
+
+def msa_import_digest(wildcards) -> str:
+    """The msa shard's digest of its hashes' precomputed-index rows (``no-index`` before it exists)."""
+    try:
+        stat = os.stat(MSA_IMPORT_INDEX)
+    except FileNotFoundError:
+        return "no-index"
+    digests = _import_digests(stat.st_mtime_ns, stat.st_size)
+    return msa_rules.import_shard_digest(digests, _chain_index().msa.get(wildcards.shard, []))
+
+
+@functools.lru_cache(maxsize=2)
+def _import_digests(mtime_ns: int, size: int) -> dict[str, str]:
+    return msa_rules.read_import_digests(MSA_IMPORT_INDEX)
+
+
+# Without precomputed sources the msa rule's command and params are exactly those of a search-only
+# workflow (a changed command or param set would rerun every finished shard).
+MSA_SOURCE_ARGS = "".join((
+    "--db-records {input.dbs} " if MSA_SEARCHES else "",
+    f"--import-index {MSA_IMPORT_INDEX} --chain-table data/chains.parquet " if MSA_SOURCES else ""))
+MSA_IMPORT_PARAMS = {"imported": msa_import_digest} if MSA_SOURCES else {}
+
+
 rule msa:
     input:
-        dbs=msa_rules.record_paths(MSA_CFG["databases"]),
+        dbs=msa_rules.record_paths(MSA_CFG["databases"]) if MSA_SEARCHES else [],
+        imported=[ancient(MSA_IMPORT_INDEX)] if MSA_SOURCES else [],
         checkpoint=msa_shard_checkpoint,
     output:
         manifest="data/msa/shards/{shard}.tsv",
@@ -103,6 +156,7 @@ rule msa:
         search=MSA_SEARCH_PARAMS,
         tool=MSA_CFG["tool"],
         code=MSA_SEARCH_CODE,
+        **MSA_IMPORT_PARAMS,
     threads: 1 if MSA_CFG["tool"] == "hhblits" else 2
     resources:
         # not params: a new timeout or number of attempts must not make finished shards outdated
@@ -114,7 +168,7 @@ rule msa:
         "logs/msa/{shard}.log",
     shell:
         "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
-        " --manifest {output.manifest:q} --db-records {input.dbs} --params {params.search:q} --code {params.code}"
+        " --manifest {output.manifest:q} " + MSA_SOURCE_ARGS + "--params {params.search:q} --code {params.code}"
         " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
         " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
         " --failures-dir data/failures 2>> {log:q}"

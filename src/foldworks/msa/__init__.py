@@ -6,6 +6,10 @@
   hhblits per query and database, merged, hhfilter, depth cap, contract check
 - :func:`foldworks.msa.mmseqs_search.search_shard` (``python -m foldworks.msa.mmseqs_search``):
   the batched MMseqs2 backend with the same a3m contract
+- :mod:`foldworks.msa.precomputed` (``python -m foldworks.msa.precomputed``): existing alignment
+  collections (OpenFold, OpenProteinSet, ColabFold) indexed by query sequence hash;
+  :mod:`foldworks.msa.importer` writes the contract a3m from them, :mod:`foldworks.msa.stockholm`
+  converts Stockholm rows
 - :mod:`foldworks.msa.config`: the ``msa:`` config section and the slices the rules pass
 - :mod:`foldworks.msa.summary` (``python -m foldworks.msa.summary``): the completeness check
 - :mod:`foldworks.msa.a3m`: ``parse_a3m``, ``read_a3m``, ``validate_a3m``, ``read_header``

@@ -13,6 +13,10 @@ foldworks a3m files start with one metadata comment (:func:`format_header`)::
 ``status`` is ``ok``, or ``failed`` for a placeholder holding only the query row, written when
 every attempt failed (the reason is in ``data/failures/msa/<hash>.json``).
 
+ColabFold writes many alignments into one file, each ending with a NUL byte (``\x00``), and
+starts each with a ``#<lengths>\t<cardinalities>`` line: :func:`split_alignments` cuts such a
+file into single alignments; :func:`a3m_records` accepts a NUL that only terminates the file.
+
 Token alphabet of :func:`parse_a3m`: 0..19 = ``constants.RESTYPES``, 20 = X/unknown (any other
 letter: B, Z, U, O, J, X), 21 = gap.
 """
@@ -42,11 +46,23 @@ class A3MError(ValueError):
     """An alignment violates the A3M contract; the message names the query/target."""
 
 
+def split_alignments(text: str) -> list[str]:
+    """The alignments of a NUL-separated (ColabFold) a3m file, empty pieces dropped; a file
+    without NUL bytes is one alignment."""
+    return [piece for piece in text.split("\x00") if piece.strip()]
+
+
 def a3m_records(text: str) -> list[tuple[str, str]]:
     """``[(header, aligned sequence)]`` in file order, comments and annotation rows removed.
 
-    ``header`` is the text after ``>``; the sequence keeps its case, ``-`` and ``.``.
+    ``header`` is the text after ``>``; the sequence keeps its case, ``-`` and ``.``. A NUL
+    byte may end the alignment (ColabFold); text holding several NUL-separated alignments raises
+    :class:`A3MError` (read those with :func:`split_alignments`).
     """
+    pieces = split_alignments(text) if "\x00" in text else [text]
+    if len(pieces) > 1:
+        raise A3MError(f"a3m: {len(pieces)} NUL-separated alignments in one text; split them first")
+    text = pieces[0] if pieces else ""
     records: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         line = line.strip()

@@ -22,6 +22,14 @@ Layout (``config/config.yaml``)::
       allow_single_sequence_fallback: false
       shard_chars: 2                # hhblits: one msa job per hash prefix of this length
       mmseqs: {sensitivity: 7.5, max_seqs: 1000, shard_chars: 1}
+      precomputed:                  # existing alignments, matched by query sequence hash
+        sources:                    # looked up in this order; the first holding a sequence wins
+          - name: openproteinset
+            layout: openproteinset  # openfold | openproteinset | alignment_db | colabfold
+            path: /data/openproteinset/pdb
+            duplicates: null        # openproteinset: default <path>/duplicate_pdb_chains.txt
+            hhfilter: {id: 100, cov: 0, diff: 0, max_depth: 16384}
+        missing: fail               # fail (failure record) | search (align with `databases`)
 
 The msa jobs receive :func:`search_slice` only (the search parameters; not a database's build
 recipe, the timeout, retries or fallback policy, so changing those reruns no alignment) plus
@@ -52,7 +60,16 @@ MSA_DEFAULTS: dict[str, Any] = {
     "allow_single_sequence_fallback": False,
     "shard_chars": 2,
     "mmseqs": {"sensitivity": 7.5, "max_seqs": 1000, "shard_chars": 1},
+    "precomputed": {"sources": [], "missing": "fail"},
 }
+#: Defaults of one ``msa.precomputed.sources`` item. hhfilter keeps every distinct row up to
+#: 16,384 (an OpenProteinSet chain holds up to ~10,000 UniRef90 + ~5,000 MGnify rows + BFD hits).
+SOURCE_DEFAULTS: dict[str, Any] = {
+    "layout": None, "path": None, "duplicates": None,
+    "hhfilter": {"id": 100, "cov": 0, "diff": 0, "max_depth": 16_384},
+}
+LAYOUTS = ("openfold", "openproteinset", "alignment_db", "colabfold")
+MISSING = ("fail", "search")
 #: Per-database keys that change search results (the others only say where/how to build).
 SEARCH_KEYS: tuple[str, ...] = ("iterations", "evalue", "maxseq", "max_hits")
 HHFILTER_FLAGS: tuple[str, ...] = ("id", "cov", "diff", "qid", "qsc", "neff")
@@ -89,6 +106,45 @@ def resolve_database(spec: dict[str, Any]) -> dict[str, Any]:
     return db
 
 
+def resolve_source(spec: dict[str, Any]) -> dict[str, Any]:
+    """One ``msa.precomputed.sources`` item with defaults filled in; raises :class:`MsaConfigError`."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise MsaConfigError(f"msa.precomputed.sources: name {name!r} must match {NAME_PATTERN.pattern}")
+    where = f"msa.precomputed.sources[{name}]"
+    source = {"name": name, **_merge(SOURCE_DEFAULTS, {k: v for k, v in spec.items() if k != "name"}, where)}
+    if source["layout"] not in LAYOUTS:
+        raise MsaConfigError(f"{where}: layout {source['layout']!r} is not one of {LAYOUTS}")
+    if not source["path"]:
+        raise MsaConfigError(f"{where}: path is required")
+    unknown = sorted(set(source["hhfilter"]) - {*HHFILTER_FLAGS, "max_depth"})
+    if unknown or int(source["hhfilter"]["max_depth"]) < 1:
+        raise MsaConfigError(f"{where}: hhfilter needs max_depth >= 1 and only {HHFILTER_FLAGS} (got {unknown})")
+    return source
+
+
+def resolve_precomputed(section: dict[str, Any]) -> dict[str, Any]:
+    """The ``msa.precomputed`` section resolved (sources checked, names unique)."""
+    sources = [resolve_source(dict(spec)) for spec in section.get("sources") or []]
+    names = [source["name"] for source in sources]
+    if len(set(names)) != len(names):
+        raise MsaConfigError(f"msa.precomputed.sources: names must be unique, got {names}")
+    if section.get("missing") not in MISSING:
+        raise MsaConfigError(f"msa.precomputed.missing {section.get('missing')!r} is not one of {MISSING}")
+    return {"sources": sources, "missing": section["missing"]}
+
+
+def uses_search(cfg: dict[str, Any]) -> bool:
+    """Whether any sequence may be searched (no precomputed sources, or ``missing: search``)."""
+    return not cfg["precomputed"]["sources"] or cfg["precomputed"]["missing"] == "search"
+
+
+def index_sources(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the index build reads of each source (name, layout, path, duplicates)."""
+    return [{key: source[key] for key in ("name", "layout", "path", "duplicates")}
+            for source in cfg["precomputed"]["sources"]]
+
+
 def is_external(db: dict[str, Any]) -> bool:
     """True for an existing database (``prefix`` or ``mmseqs_db`` given), False for one we build."""
     return bool(db.get("prefix") or db.get("mmseqs_db"))
@@ -116,6 +172,9 @@ def resolve_msa_config(section: dict[str, Any] | None) -> dict[str, Any]:
         raise MsaConfigError("msa.shard_chars must be 1, 2 or 3")
     if int(cfg["mmseqs"]["shard_chars"]) not in (1, 2):
         raise MsaConfigError("msa.mmseqs.shard_chars must be 1 or 2")
+    cfg["precomputed"] = resolve_precomputed(cfg["precomputed"])
+    if cfg["precomputed"]["sources"] and cfg["tool"] != "hhblits":
+        raise MsaConfigError("msa.precomputed needs msa.tool hhblits (its fallback search runs per sequence)")
     return cfg
 
 
@@ -127,6 +186,9 @@ def search_slice(cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"tool": cfg["tool"], "databases": databases, "hhfilter": dict(cfg["hhfilter"])}
     if cfg["tool"] == "mmseqs":
         out["mmseqs"] = {k: v for k, v in cfg["mmseqs"].items() if k != "shard_chars"}
+    if cfg["precomputed"]["sources"]:
+        out["precomputed"] = {"missing": cfg["precomputed"]["missing"], "sources": [
+            {"name": s["name"], "hhfilter": dict(s["hhfilter"])} for s in cfg["precomputed"]["sources"]]}
     return out
 
 

@@ -64,3 +64,30 @@ def shard_queries(table: Any, shard: str) -> list[str]:
     """Query FASTAs of the passed chains' unique sequences whose hash starts with ``shard``."""
     hashes = sorted(set(table.loc[table["passed_filters"], "sequence_hash"]))
     return [f"data/sequences/{h[:2]}/{h}.fasta" for h in hashes if h.startswith(shard)]
+
+
+def read_import_digests(path: str) -> dict[str, str]:
+    """``{sequence hash: row digest}`` of the precomputed-alignment index (empty if absent)."""
+    from foldworks.msa.precomputed import read_index, row_digest
+
+    if not Path(path).is_file():
+        return {}
+    return {seq_hash: row_digest(row) for seq_hash, row in read_index(path).items()}
+
+
+def import_shard_digest(digests: dict[str, str], hashes: Iterable[str] | str) -> str:
+    """16 hex characters over the index rows of an msa shard's hashes (a list or one comma-joined
+    string; ``absent`` for a hash the index lacks): the msa rule's param, so a changed alignment
+    reruns only its shard."""
+    import hashlib
+
+    items = hashes.split(",") if isinstance(hashes, str) else hashes
+    lines = sorted(f"{h}={digests.get(h, 'absent')}" for h in set(items) if h)
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
+
+
+def source_stamps(sources: Iterable[dict[str, Any]]) -> list[str]:
+    """``name:stamp`` of every precomputed source (:func:`foldworks.msa.precomputed.source_stamp`)."""
+    from foldworks.msa.precomputed import source_stamp
+
+    return [f"{source['name']}:{source_stamp(source)}" for source in sources]

@@ -5,6 +5,7 @@ Stages and their extra options (``workflow/rules/*.smk`` passes them)::
     fetch    --source S --params P --code C --attempt T [--records-dir data/raw]
     parse    --fetch-manifest data/raw/shards/K.tsv --params P --code C
     msa      --tool hhblits|mmseqs --db-records R... --params P --code C --timeout-s S --max-attempts N
+             [--import-index data/msa_import/index.tsv --chain-table data/chains.parquet]
     features --parse-manifest data/parsed/shards/K.tsv --msa-manifests M... --params P --code C
              (items are ``<target>:<sequence hash>``)
 
@@ -23,7 +24,7 @@ from foldworks.logutil import setup_logging
 from foldworks.shards import ALL_ENTRIES_KEY, entry_key, key_chars, stamp_of
 from foldworks.shards.stages.features import features_planner
 from foldworks.shards.stages.fetch import fetch_plan
-from foldworks.shards.stages.msa import hhblits_planner, mmseqs_planner, remove_work_dir
+from foldworks.shards.stages.msa import hhblits_planner, import_planner, mmseqs_planner, remove_work_dir
 from foldworks.shards.stages.parse import parse_planner
 from foldworks.shards.run import old_rows, run_items
 
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-s", type=float, default=900.0, help="msa: first attempt's limit (doubles)")
     parser.add_argument("--max-attempts", type=int, default=1)
     parser.add_argument("--work-dir", help="msa (mmseqs): scratch directory of the batch")
+    parser.add_argument("--import-index", help="msa: index of precomputed alignments (msa.precomputed)")
+    parser.add_argument("--chain-table", help="msa: chain table, to name chains without an alignment")
     parser.add_argument("--parse-manifest", help="features: the parse manifest of the same shard")
     parser.add_argument("--msa-manifests", nargs="*", default=[], help="features: msa manifests of its sequences")
     parser.add_argument("--features-dir", default="data/features")
@@ -98,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.tool == "hhblits":
         plan_of = hhblits_planner(args.db_records, args.params, args.sequences_dir, args.msa_dir,
                                   args.failures_dir, args.threads, args.timeout_s, args.max_attempts)
+        if args.import_index:
+            search = plan_of if args.db_records else None
+            plan_of = import_planner(args.import_index, args.params, args.sequences_dir, args.msa_dir,
+                                     args.failures_dir, args.chain_table, search)
     else:
         work_dir = args.work_dir or f"data/msa_batches/mmseqs/{args.key}"
         old = old_rows(args.manifest)

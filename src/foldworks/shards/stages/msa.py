@@ -104,3 +104,56 @@ def mmseqs_planner(items: Sequence[str], manifest_rows: dict[str, Row], stamp: s
 
 def remove_work_dir(work_dir: str) -> None:
     shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _chain_names(chain_table: str | None) -> dict[str, list[str]]:
+    """``{sequence hash: ["<entry>_<chain>", ...]}`` of the chain table (empty without one)."""
+    if not chain_table or not Path(chain_table).is_file():
+        return {}
+    import pandas as pd
+
+    table = pd.read_parquet(chain_table, columns=["entry", "chain", "sequence_hash"])
+    names: dict[str, list[str]] = {}
+    for entry, chain, seq_hash in zip(table["entry"], table["chain"], table["sequence_hash"]):
+        names.setdefault(str(seq_hash), []).append(f"{entry}_{chain}")
+    return names
+
+
+def import_planner(index_path: str, params: str, sequences_dir: str, msa_dir: str, failures_dir: str,
+                   chain_table: str | None, search_plan: Callable[[str], Plan] | None) -> Callable[[str], Plan]:
+    """Plans that import each hash's alignment from the precomputed index; a hash the index lacks
+    is searched with ``search_plan`` (``missing: search``) or recorded as failed. The input digest
+    covers the query and the index row's file digests, so a changed file reruns its hash only."""
+    from foldworks.msa.importer import import_one, missing_reason
+    from foldworks.msa.precomputed import read_index, row_digest
+    from foldworks.msa.search import read_query
+
+    precomputed = json.loads(params)["precomputed"]
+    hhfilter = {source["name"]: source["hhfilter"] for source in precomputed["sources"]}
+    index = read_index(index_path)
+    by_name = {name: row for row in index.values() for name in row["names"].split(",") if name}
+    names: list[dict[str, list[str]]] = []  # the chain table, read once and only if needed
+
+    def plan(seq_hash: str) -> Plan:
+        row = index.get(seq_hash)
+        if row is None and search_plan is not None:
+            inner = search_plan(seq_hash)
+            return Plan(sha256_bytes(inner.input_sha256, "absent"), inner.outputs, inner.compute)
+        query = Path(sequences_dir) / seq_hash[:2] / f"{seq_hash}.fasta"
+        a3m = Path(msa_dir).parent / msa_relpath(seq_hash)
+        failure = Path(failures_dir) / "msa" / f"{seq_hash}.json"
+
+        def compute() -> Outcome:
+            _, sequence = read_query(query)
+            reason = ""
+            if row is None:
+                if not names:
+                    names.append(_chain_names(chain_table))
+                reason = missing_reason(seq_hash, sequence, names[0].get(seq_hash, []), list(hhfilter), by_name)
+            settings = hhfilter[row["source"]] if row is not None else {"max_depth": 1}
+            status = import_one(seq_hash, sequence, row, settings, a3m, failure, reason)
+            return msa_outcome(seq_hash, a3m, failures_dir, status)
+
+        return Plan(sha256_bytes(msa_input_digest(query, []), row_digest(row)), [str(a3m)], compute)
+
+    return plan
