@@ -123,17 +123,22 @@ def test_table_and_structure_mismatch(copy, capsys):
     assert status == 1 and sorted(rows["reason"]) == ["structure_mismatch", "table_inconsistent"]
 
 
-def test_templates_checked_only_when_enabled_and_present(copy, capsys):
+def test_templates_checked_only_when_enabled(copy, capsys):
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["templates"] = {"enabled": True}
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    assert check(copy, capsys)[0] == 0, "no data/templates folder: nothing to check"
     table = chains(copy)
-    (copy / "data/templates/features").mkdir(parents=True)
-    for entry in ("1crn", "1ubq"):
-        (copy / f"data/templates/features/{entry}_{table.loc[entry, 'chain']}.npz").write_bytes(b"")
     status, rows = check(copy, capsys)
-    assert status == 1 and list(zip(rows["target"], rows["reason"])) == [(f"1aki_{table.loc['1aki', 'chain']}", "template_missing")]
+    assert status == 1 and set(rows["reason"]) == {"template_missing"} and len(rows) == len(table)
+    (copy / "data/templates/features").mkdir(parents=True)
+    for entry in table.index:
+        n_res = len(table.loc[entry, "sequence"]) - (1 if entry == "1ubq" else 0)
+        np.savez(copy / f"data/templates/features/{entry}_{table.loc[entry, 'chain']}.npz",
+                 template_aatype=np.zeros((0, n_res), np.int32))
+    (copy / f"data/templates/features/1aki_{table.loc['1aki', 'chain']}.npz").write_bytes(b"")
+    status, rows = check(copy, capsys)
+    assert status == 1 and sorted(zip(rows["target"], rows["reason"])) == [
+        (f"1aki_{table.loc['1aki', 'chain']}", "template_missing"), (f"1ubq_{table.loc['1ubq', 'chain']}", "template_mismatch")]
     config["templates"]["enabled"] = False
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
     assert check(copy, capsys)[0] == 0

@@ -12,7 +12,8 @@ reason                          meaning
 ``msa_missing``                 no ``data/msa/<xx>/<hash>.a3m``
 ``msa_failed``                  the a3m is a failed placeholder and single-sequence fallback is off
 ``msa_mismatch``                the a3m's query row is not the table's sequence
-``template_missing``            templates enabled, ``data/templates/`` exists, no file for the chain
+``template_missing``            templates enabled, no readable ``data/templates/features/<target>.npz``
+``template_mismatch``           its ``template_aatype`` has another residue count than the chain
 ``features_missing``            no ``data/features/<target>.npz``
 ``features_mismatch``           its ``sequence``, ``sequence_hash`` or length differs from the table
 ==============================  ============================================================
@@ -95,17 +96,28 @@ def check_features(chain: pd.Series, data: Path, target: str) -> Iterator[Proble
         with np.load(path, allow_pickle=False) as arrays:
             sequence, seq_hash = str(arrays["sequence"]), str(arrays["sequence_hash"])
             length = len(arrays["aatype"])
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         yield "features_missing", f"{path}: {exc}"
         return
     if (sequence, seq_hash, length) != (chain["sequence"], chain["sequence_hash"], len(chain["sequence"])):
         yield "features_mismatch", f"{path}: hash {seq_hash} length {length}, sequence hash {sequence_hash(sequence)}"
 
 
-def template_stems(data: Path) -> set[str] | None:
-    """Stems of the files under ``data/templates`` (``None`` when the folder does not exist)."""
-    root = data / "templates"
-    return {p.name.split(".")[0] for p in root.rglob("*") if p.is_file()} if root.is_dir() else None
+def check_templates(chain: pd.Series, data: Path, target: str) -> Iterator[Problem]:
+    """The chain's template features (``data/templates/features/<target>.npz``): present, readable,
+    and on the chain's residue axis (``template_aatype [T, N]`` with ``N`` = the sequence length)."""
+    path = data / "templates" / "features" / f"{target}.npz"
+    if not path.exists():
+        yield "template_missing", f"no {path}"
+        return
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            n_res = arrays["template_aatype"].shape[1]
+    except (OSError, EOFError, KeyError, ValueError, IndexError, zipfile.BadZipFile) as exc:
+        yield "template_missing", f"{path}: {exc}"
+        return
+    if n_res != len(chain["sequence"]):
+        yield "template_mismatch", f"{path}: {n_res} residues, chain {len(chain['sequence'])}"
 
 
 def templates_enabled(config: dict[str, Any]) -> bool:
@@ -115,7 +127,7 @@ def templates_enabled(config: dict[str, Any]) -> bool:
 
 
 def check_chains(table: pd.DataFrame, data: Path, splits: Sequence[str], allow_fallback: bool,
-                 templates: set[str] | None) -> list[tuple[str, str, str, str]]:
+                 templates: bool) -> list[tuple[str, str, str, str]]:
     """Rows ``(target, split, reason, detail)`` for the passed chains of ``splits``."""
     chosen = table[table["passed_filters"].astype(bool) & table["split"].isin(list(splits))]
     rows = []
@@ -123,8 +135,8 @@ def check_chains(table: pd.DataFrame, data: Path, splits: Sequence[str], allow_f
         target = f"{chain['entry']}_{chain['chain']}"
         problems = [*check_table(chain), *check_structure(chain, data), *check_msa(chain, data, allow_fallback),
                     *check_features(chain, data, target)]
-        if templates is not None and not {target, chain["sequence_hash"]} & templates:
-            problems.append(("template_missing", f"no file named {target} or {chain['sequence_hash']} under {data / 'templates'}"))
+        if templates:
+            problems += check_templates(chain, data, target)
         rows += [(target, str(chain["split"]), reason, detail) for reason, detail in problems]
     return rows
 
@@ -144,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"preflight: {table_path} does not exist (run the chains stage first)", file=sys.stderr)
         return 1
     allow = bool((config.get("msa") or {}).get("allow_single_sequence_fallback", False))
-    templates = template_stems(data) if templates_enabled(config) else None
+    templates = templates_enabled(config)
     rows = check_chains(pd.read_parquet(table_path), data, args.splits.split(","), allow, templates)
     for reason, count in sorted(Counter(row[2] for row in rows).items()):
         print(f"preflight: {reason}: {count}", file=sys.stderr)
