@@ -39,10 +39,17 @@ def squared_distance_onehot(x: Tensor, min_bin: float, max_bin: float, num_bins:
 
 def _dihedral_sin_cos(a0: Tensor, a1: Tensor, a2: Tensor, a3: Tensor) -> Tensor:
     """(sin, cos) ``[..., 2]`` of the torsion ``a0–a1–a2–a3``: ``a3`` in the frame with origin ``a2``,
-    x along ``a2 − a1`` and y towards ``a0``; normalised with ε = 1e-8 (AF2 supp. 1.9.1)."""
+    x along ``a2 − a1`` and y towards ``a0``; normalised with ε = 1e-8 (AF2 supp. 1.9.1).
+
+    A torsion whose frame is undefined (``a0``, ``a1``, ``a2`` collinear or coincident, e.g. the
+    zero-padded residue before the first one) is (0, 0)."""
     local = invert_apply(frame_from_neg_x(a1, a2, a0), a3)
     yz = torch.stack([local[..., 2], local[..., 1]], -1)
-    return yz / torch.sqrt((yz ** 2).sum(-1, keepdim=True) + 1e-8)
+    sin_cos = yz / torch.sqrt((yz ** 2).sum(-1, keepdim=True) + 1e-8)
+    v1, v2 = a2 - a1, a0 - a2
+    area2 = (torch.linalg.cross(v1, v2) ** 2).sum(-1)
+    defined = area2 > 1e-12 * (v1 ** 2).sum(-1) * (v2 ** 2).sum(-1)
+    return sin_cos * defined[..., None].to(sin_cos.dtype)
 
 
 def _table(name: str, like: Tensor) -> Tensor:
@@ -55,8 +62,9 @@ def torsion_angles(aatype: Tensor, atom37: Tensor, mask37: Tensor) -> tuple[Tens
     ``aatype [*, N]``, ``atom37 [*, N, 37, 3]``, ``mask37 [*, N, 37]`` (float) →
     ``(sin_cos [*, N, 7, 2], alt_sin_cos [*, N, 7, 2], mask [*, N, 7])`` in the order
     pre-ω, φ, ψ, χ1–χ4. The previous residue is the preceding row (zero before the first).
-    ψ is measured on O and negated; ``alt`` negates π-periodic χ. Torsions whose atoms are not all
-    present (mask 0) are set to (0, 0), so the first residue's pre-ω and φ carry no value.
+    ψ is measured on O and negated; ``alt`` negates π-periodic χ. As in AF2 the values are not
+    multiplied by the mask (the mask is a separate feature); torsions with an undefined frame
+    (the first residue's pre-ω, absent χ) are (0, 0).
     """
     pad = torch.zeros_like(atom37[..., :1, :, :])
     prev = torch.cat([pad, atom37[..., :-1, :, :]], -3)
@@ -78,7 +86,7 @@ def torsion_angles(aatype: Tensor, atom37: Tensor, mask37: Tensor) -> tuple[Tens
     ], -1)
     chi_mask = _table("CHI_MASK", aatype).to(mask37.dtype)[aatype.long()] * chi_atoms_present
     mask = torch.cat([mask, chi_mask], -1)
-    sin_cos = torch.cat([omega[..., None, :], phi[..., None, :], psi[..., None, :], chis], -2) * mask[..., None]
+    sin_cos = torch.cat([omega[..., None, :], phi[..., None, :], psi[..., None, :], chis], -2)
     periodic = torch.cat([torch.zeros_like(mask[..., :3], dtype=torch.bool),
                           _table("CHI_PI_PERIODIC", aatype)[aatype.long()]], -1)
     alt = torch.where(periodic[..., None], -sin_cos, sin_cos)
