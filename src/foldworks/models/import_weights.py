@@ -1,0 +1,47 @@
+"""Import foreign model weights into a foldworks checkpoint.
+
+    python -m foldworks.models.import_weights SRC OUT [--format deepmind|openfold] [--preset NAME]
+
+Formats are detected from the file name unless ``--format`` is given. ``--preset`` names the
+model sizes to check the weights against strictly (without it they are read from the weights).
+``--count PRESET`` prints a preset's parameter count and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from foldworks.models.weights.errors import WeightsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from foldworks.models.af2.config import PRESETS, preset
+    from foldworks.models.af2.model import count_parameters
+    from foldworks.models.weights.registry import FORMATS, import_weights
+
+    parser = argparse.ArgumentParser(prog="python -m foldworks.models.import_weights", description=__doc__.split("\n\n")[0])
+    parser.add_argument("src", nargs="?", help="weights file to import")
+    parser.add_argument("out", nargs="?", help="foldworks checkpoint to write")
+    parser.add_argument("--format", choices=sorted(FORMATS), help="input format (default: detect)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="model sizes to check against")
+    parser.add_argument("--count", metavar="PRESET", choices=sorted(PRESETS), help="print a preset's parameter count")
+    args = parser.parse_args(argv)
+    if args.count:
+        print(f"{args.count}: {count_parameters(preset(args.count)):,} parameters")
+        return 0
+    if not args.src or not args.out:
+        parser.error("SRC and OUT are required")
+    try:
+        ckpt = import_weights(args.src, args.out, fmt=args.format, preset=args.preset)
+    except WeightsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    n = sum(v.numel() for v in ckpt["state_dict"].values())
+    print(f"wrote {args.out}: {ckpt['source']['format']} → {ckpt['model']}, {len(ckpt['state_dict'])} tensors, "
+          f"{n:,} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

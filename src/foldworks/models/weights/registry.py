@@ -1,0 +1,146 @@
+"""Weight formats and the foldworks checkpoint they are imported into.
+
+``FORMATS`` maps a format name to a :class:`WeightFormat` (a ``detect(path) -> bool`` and a
+``load(path, preset) -> Imported``). Adding a format is one line::
+
+    FORMATS["proteinmpnn"] = WeightFormat(detect=my_detect, load=my_load)
+
+A foldworks checkpoint is ``{"state_dict": {"model.<key>": tensor}, "model": <family>,
+"model_config": {...}, "source": {"path", "sha256", "format"}, "hyper_parameters": {"config":
+{"model", "model_config"}}}``: the ``model.`` prefix and ``hyper_parameters`` let the training and
+prediction loaders read it like a trained checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from foldworks.models.af2.config import AF2Config, preset as af2_preset
+from foldworks.models.af2.infer import config_from_state_dict
+from foldworks.models.weights import deepmind, openfold
+from foldworks.models.weights.errors import WeightsError, check_strict, read_npz, read_torch
+
+AF2_FAMILY = "evoformer"
+DEFAULT_PRESET = "model_1_ptm"
+
+
+@dataclass
+class Imported:
+    """Converted weights: our state dict, the model family and its config dict."""
+
+    state_dict: dict[str, torch.Tensor]
+    model: str
+    model_config: dict[str, Any]
+
+
+@dataclass
+class WeightFormat:
+    detect: Callable[[Path], bool]
+    load: Callable[[Path, "str | None"], Imported]
+
+
+def af2_expected_shapes(cfg: AF2Config) -> dict[str, tuple[int, ...]]:
+    """Key → shape of the AF2 model for ``cfg`` (built on the ``meta`` device)."""
+    from foldworks.models.af2.model import AlphaFold2
+
+    with torch.device("meta"):
+        model = AlphaFold2(cfg)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _af2_imported(state: dict[str, torch.Tensor], preset_name: str | None) -> Imported:
+    """Strict-check AF2 weights against the preset (sizes read from the weights when no preset)."""
+    if preset_name is not None:
+        cfg = af2_preset(preset_name)
+    else:
+        try:
+            cfg = config_from_state_dict(state, af2_preset(DEFAULT_PRESET))
+        except KeyError as exc:
+            raise WeightsError(f"missing key {exc.args[0]!r} (needed to read the model sizes)") from None
+    check_strict(state, af2_expected_shapes(cfg))
+    return Imported(state, AF2_FAMILY, cfg.to_dict())
+
+
+def _is_zip(path: Path) -> bool:
+    return zipfile.is_zipfile(path)
+
+
+def _detect_deepmind(path: Path) -> bool:
+    return path.suffix == ".npz"
+
+
+def _load_deepmind(path: Path, preset_name: str | None) -> Imported:
+    params = read_npz(path)
+    try:
+        state = deepmind.convert(params)
+    except KeyError as exc:
+        raise WeightsError(f"{path}: {exc.args[0]}") from None
+    return _af2_imported(state, preset_name)
+
+
+def _detect_openfold(path: Path) -> bool:
+    return path.suffix in (".pt", ".pth", ".ckpt")
+
+
+def _load_openfold(path: Path, preset_name: str | None) -> Imported:
+    state, _ = openfold.unwrap(read_torch(path), path)
+    if not openfold.looks_like_openfold(state):
+        raise WeightsError(f"{path}: not an OpenFold AF2 state dict (no 'evoformer.blocks.*' keys)")
+    return _af2_imported({k: v.float() for k, v in state.items()}, preset_name)
+
+
+FORMATS: dict[str, WeightFormat] = {
+    "deepmind": WeightFormat(detect=_detect_deepmind, load=_load_deepmind),
+    "openfold": WeightFormat(detect=_detect_openfold, load=_load_openfold),
+}
+
+
+def detect_format(path: Path) -> str:
+    """The first registered format whose detector accepts ``path``."""
+    for name, fmt in FORMATS.items():
+        if fmt.detect(path):
+            return name
+    raise WeightsError(f"{path}: unknown weights format (known: {', '.join(FORMATS)}); pass --format")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def import_weights(src: str | Path, out: str | Path, fmt: str | None = None, preset: str | None = None) -> dict[str, Any]:
+    """Convert ``src`` and write a foldworks checkpoint to ``out`` atomically (nothing on error)."""
+    src, out = Path(src), Path(out)
+    if not src.is_file():
+        raise WeightsError(f"{src}: no such file")
+    name = fmt or detect_format(src)
+    if name not in FORMATS:
+        raise WeightsError(f"unknown format {name!r} (known: {', '.join(FORMATS)})")
+    imported = FORMATS[name].load(src, preset)
+    ckpt = {
+        "state_dict": {f"model.{k}": v.contiguous() for k, v in imported.state_dict.items()},
+        "model": imported.model, "model_config": imported.model_config,
+        "source": {"path": str(src), "sha256": sha256(src), "format": name},
+        "hyper_parameters": {"config": {"model": imported.model, "model_config": imported.model_config}},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(ckpt, tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return ckpt
