@@ -122,13 +122,10 @@ class TemplateEmbedder(nn.Module):
             cfg.c_t, cfg.c_z, cfg.template_pointwise_c_hidden, cfg.template_pointwise_heads)
 
     def pair(self, batch: dict[str, Tensor], z: Tensor, pair_mask: Tensor) -> Tensor:
-        """Pair update ``[*, N, N, c_z]`` from the templates; each template runs through the pair stack alone."""
+        """Pair update ``[*, N, N, c_z]`` from the templates; each template runs through the pair stack separately
+        (templates are a batch dimension there)."""
         feats = template_pair_features(batch, self.cfg.template_dgram_bins, self.cfg.template_unit_vector)
-        outs = []
-        for t_idx in range(feats.shape[-4]):
-            t = self.template_pair_embedder(feats[..., t_idx, :, :, :])
-            outs.append(self.template_pair_stack(t, pair_mask))
-        t = torch.stack(outs, -4)
+        t = self.template_pair_stack(self.template_pair_embedder(feats), pair_mask[..., None, :, :])
         return self.template_pointwise_att(t, z, batch["template_mask"])
 
     def single(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:

@@ -140,7 +140,7 @@ class TriangleAttention(nn.Module):
 
     def forward(self, z: Tensor, mask: Tensor) -> Tensor:
         if not self.starting:
-            z, mask = z.transpose(-2, -3), mask.transpose(-1, -2)
+            z, mask = z.transpose(-2, -3).contiguous(), mask.transpose(-1, -2)
         z = self.layer_norm(z)
         tri_bias = self.linear(z).movedim(-1, -3)[..., None, :, :, :]  # [*, 1, H, N, N]
         out = self.mha(z, z, [mask_bias(mask)[..., :, None, None, :], tri_bias])
