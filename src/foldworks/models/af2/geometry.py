@@ -64,7 +64,9 @@ def torsion_angles(aatype: Tensor, atom37: Tensor, mask37: Tensor) -> tuple[Tens
     pre-ω, φ, ψ, χ1–χ4. The previous residue is the preceding row (zero before the first).
     ψ is measured on O and negated; ``alt`` negates π-periodic χ. As in AF2 the values are not
     multiplied by the mask (the mask is a separate feature); torsions with an undefined frame
-    (the first residue's pre-ω, absent χ) are (0, 0).
+    (the first residue's pre-ω, absent χ) are (0, 0). The first residue's φ (mask 0) is measured
+    against the zero-padded previous residue at the coordinate origin, as in AF2, so that one
+    masked value is invariant to rotations about the origin but not to translations.
     """
     pad = torch.zeros_like(atom37[..., :1, :, :])
     prev = torch.cat([pad, atom37[..., :-1, :, :]], -3)
