@@ -194,3 +194,13 @@ def test_torsions_of_an_ideal_chain() -> None:
     ala = torch.zeros((1, n), dtype=torch.long)
     _, _, ala_mask = torsion_angles(ala, atom37, exists.float())
     assert torch.all(ala_mask[..., 3:] == 0)
+
+
+def test_structure_and_confidence_stay_fp32_under_bf16_autocast() -> None:
+    model = _noisy_model(preset("cpu_small")).train()
+    batch = random_batch(1, 1, 12, 3, 4, 1, seed=7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(batch, batch_dims=1)
+    assert out["final_atom_positions"].dtype == torch.float32 and out["sm"]["frames"].dtype == torch.float32
+    assert out["plddt"].dtype == torch.float32 and out["predicted_aligned_error"].dtype == torch.float32
+    assert torch.isfinite(out["final_atom_positions"]).all()

@@ -63,7 +63,8 @@ class AlphaFold2(nn.Module):
         self.aux_heads = AuxiliaryHeads(cfg)
 
     def iteration(self, feats: dict[str, Tensor], prev: dict[str, Tensor]) -> dict[str, Tensor]:
-        """One pass of Alg 2 on one feature set (no recycle dimension)."""
+        """One pass of Alg 2 on one feature set (no recycle dimension). The structure module runs in
+        fp32 even under autocast."""
         seq_mask = feats["seq_mask"]
         pair_mask = seq_mask[..., :, None] * seq_mask[..., None, :]
         m, z = self.input_embedder(feats["target_feat"], feats["residue_index"], feats["msa_feat"])
@@ -81,7 +82,8 @@ class AlphaFold2(nn.Module):
         _, z = self.extra_msa_stack(e, z, feats["extra_msa_mask"], pair_mask)
         m, z = self.evoformer(m, z, msa_mask, pair_mask)
         single = self.evoformer.linear(m[..., 0, :, :])
-        sm = self.structure_module(single, z, feats["aatype"], seq_mask)
+        with torch.autocast(device_type=single.device.type, enabled=False):  # frames and atoms in fp32
+            sm = self.structure_module(single.float(), z.float(), feats["aatype"], seq_mask.float())
         atom14 = sm["positions"][-1]
         index = feats["residx_atom37_to_atom14"].long()
         atom37 = torch.gather(atom14, -2, index[..., None].expand(*index.shape, 3))
@@ -91,17 +93,19 @@ class AlphaFold2(nn.Module):
                 "final_atom14_positions": atom14}
 
     def heads(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Head logits and confidence metrics (pLDDT 0–100; PAE and pTM with the ``tm`` head)."""
+        """Head logits and confidence metrics (pLDDT 0–100; PAE and pTM with the ``tm`` head); the
+        metrics are computed in fp32 under autocast."""
         aux = self.aux_heads
         res = {"distogram_logits": aux.distogram(out["pair"]), "masked_msa_logits": aux.masked_msa(out["msa"]),
                "lddt_logits": aux.plddt(out["sm"]["single"]),
                "experimentally_resolved_logits": aux.experimentally_resolved(out["single"])}
-        res["plddt"] = H.plddt(res["lddt_logits"])
+        res["plddt"] = H.plddt(res["lddt_logits"].float())
         if self.cfg.ptm:
             res["tm_logits"] = aux.tm(out["pair"])
-            res.update(H.predicted_aligned_error(res["tm_logits"], self.cfg.pae_max_error_bin))
-            if res["tm_logits"].dim() == 3:
-                res["ptm_score"] = H.predicted_tm_score(res["tm_logits"], self.cfg.pae_max_error_bin)
+            tm = res["tm_logits"].float()
+            res.update(H.predicted_aligned_error(tm, self.cfg.pae_max_error_bin))
+            if tm.dim() == 3:
+                res["ptm_score"] = H.predicted_tm_score(tm, self.cfg.pae_max_error_bin)
         return res
 
     def forward(self, batch: dict[str, Tensor], batch_dims: int = 0) -> dict[str, Tensor]:
