@@ -85,7 +85,7 @@ class Attention(nn.Module):
         v = self.linear_v(kv_x).unflatten(-1, (h, c)).transpose(-2, -3)
         logits = q @ k.transpose(-1, -2)
         for b in biases:
-            logits = logits + b
+            logits.add_(b)  # biases broadcast to the logits' shape; in place saves a [*, H, Q, K] copy
         out = (torch.softmax(logits, dim=-1) @ v).transpose(-2, -3)  # [*, Q, H, C]
         if self.linear_g is not None:
             out = out * torch.sigmoid(self.linear_g(q_x)).unflatten(-1, (h, c))
