@@ -195,3 +195,18 @@ def test_cli_imports_counts_and_reports_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 not really")
     bad = _cli(str(tmp_path / "bad.npz"), str(tmp_path / "y.ckpt"))
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "y.ckpt").exists()
+
+
+def test_cli_export_round_trip_and_model_from_config(tmp_path: Path) -> None:
+    from foldworks.models.af2.model import AlphaFold2
+
+    case = _case()
+    assert _cli(str(case / "openfold_state_dict.pt"), str(tmp_path / "a.ckpt")).returncode == 0
+    res = _cli("--export-openfold", str(tmp_path / "a.ckpt"), str(tmp_path / "back.pt"))
+    assert res.returncode == 0, res.stderr
+    back, state = torch.load(tmp_path / "back.pt", weights_only=True), _openfold_state(case)
+    assert list(back) == list(state) and all(torch.equal(back[k], state[k]) for k in state)
+    ckpt = torch.load(tmp_path / "a.ckpt", weights_only=True)
+    model = AlphaFold2.from_config(ckpt["model_config"])
+    model.load_state_dict(model_weights(ckpt, ema=False), strict=True)
+    assert AlphaFold2.from_config({"preset": "cpu_small", "num_recycle": 2}).cfg.num_recycle == 2

@@ -1,10 +1,12 @@
 """Import foreign model weights into a foldworks checkpoint.
 
     python -m foldworks.models.import_weights SRC OUT [--format deepmind|openfold] [--preset NAME]
+    python -m foldworks.models.import_weights --export-openfold CKPT OUT
 
 Formats are detected from the file name unless ``--format`` is given. ``--preset`` names the
 model sizes to check the weights against strictly (without it they are read from the weights).
-``--count PRESET`` prints a preset's parameter count and exits.
+``--count PRESET`` prints a preset's parameter count and exits. ``--export-openfold`` writes the
+AF2 weights of a foldworks checkpoint as an OpenFold state dict.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from foldworks.models.weights.errors import WeightsError
 def main(argv: list[str] | None = None) -> int:
     from foldworks.models.af2.config import PRESETS, preset
     from foldworks.models.af2.model import count_parameters
-    from foldworks.models.weights.registry import FORMATS, import_weights
+    from foldworks.models.weights.registry import FORMATS, export_openfold, import_weights
 
     parser = argparse.ArgumentParser(prog="python -m foldworks.models.import_weights", description=__doc__.split("\n\n")[0])
     parser.add_argument("src", nargs="?", help="weights file to import")
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=sorted(FORMATS), help="input format (default: detect)")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="model sizes to check against")
     parser.add_argument("--count", metavar="PRESET", choices=sorted(PRESETS), help="print a preset's parameter count")
+    parser.add_argument("--export-openfold", action="store_true", help="SRC is a foldworks checkpoint; write OUT as an OpenFold state dict")
     args = parser.parse_args(argv)
     if args.count:
         print(f"{args.count}: {count_parameters(preset(args.count)):,} parameters")
@@ -33,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.src or not args.out:
         parser.error("SRC and OUT are required")
     try:
+        if args.export_openfold:
+            n = export_openfold(args.src, args.out)
+            print(f"wrote {args.out}: OpenFold state dict, {n} tensors")
+            return 0
         ckpt = import_weights(args.src, args.out, fmt=args.format, preset=args.preset)
     except WeightsError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -62,6 +62,15 @@ class AlphaFold2(nn.Module):
         self.structure_module = StructureModule(cfg)
         self.aux_heads = AuxiliaryHeads(cfg)
 
+    @classmethod
+    def from_config(cls, values: dict) -> "AlphaFold2":
+        """Build from a config dict: ``{"preset": name, **overrides}`` or a full :meth:`AF2Config.to_dict`."""
+        from foldworks.models.af2.config import preset
+
+        values = dict(values)
+        base = preset(values.pop("preset")).to_dict() if "preset" in values else {}
+        return cls(AF2Config.from_dict({**base, **values}))
+
     def iteration(self, feats: dict[str, Tensor], prev: dict[str, Tensor]) -> dict[str, Tensor]:
         """One pass of Alg 2 on one feature set (no recycle dimension). The structure module runs in
         fp32 even under autocast."""

@@ -134,13 +134,30 @@ def import_weights(src: str | Path, out: str | Path, fmt: str | None = None, pre
         "source": {"path": str(src), "sha256": sha256(src), "format": name},
         "hyper_parameters": {"config": {"model": imported.model, "model_config": imported.model_config}},
     }
+    _atomic_save(ckpt, out)
+    return ckpt
+
+
+def export_openfold(src: str | Path, out: str | Path) -> int:
+    """Write the AF2 weights of a foldworks checkpoint ``src`` as an OpenFold state dict ``out``
+    (atomically); returns the number of tensors."""
+    src, out = Path(src), Path(out)
+    ckpt = read_torch(src)
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise WeightsError(f"{src}: not a foldworks checkpoint (no 'state_dict')")
+    state, _ = openfold.unwrap({"state_dict": ckpt["state_dict"]}, src)
+    _atomic_save(openfold.export(state), out)
+    return len(state)
+
+
+def _atomic_save(obj: Any, out: Path) -> None:
+    """``torch.save`` to a temporary file beside ``out``, then rename (nothing left on error)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        torch.save(ckpt, tmp)
+        torch.save(obj, tmp)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return ckpt
