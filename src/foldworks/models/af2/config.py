@@ -105,10 +105,14 @@ def _get(cfg: dict[str, Any], path: str) -> Any:
 def from_deepmind(model_cfg: dict[str, Any]) -> AF2Config:
     """Map DeepMind's ``config.model`` dict (``embeddings_and_evoformer``, ``heads``, ...) to an
     :class:`AF2Config`. Attention widths are DeepMind's total ``key_dim`` (or the input channels)
-    divided by the head count."""
+    divided by the head count. DeepMind's three-layer structure transition is one residual block
+    of three layers here (``structure_transition_layers = 1``)."""
     g = lambda p: _get(model_cfg, p)  # noqa: E731
     e = "embeddings_and_evoformer."
     evo, tp, sm = e + "evoformer.", e + "template.", "heads.structure_module."
+    if g(sm + "num_layer_in_transition") != 3:
+        raise ValueError("only num_layer_in_transition = 3 (one residual block of three layers) is supported, "
+                         f"got {g(sm + 'num_layer_in_transition')}")
     c_m, c_z, c_e = g(e + "msa_channel"), g(e + "pair_channel"), g(e + "extra_msa_channel")
     c_t = g(tp + "template_pair_stack.triangle_attention_ending_node.value_dim")
     msa_heads, pair_heads = g(evo + "msa_row_attention_with_pair_bias.num_head"), g(evo + "triangle_attention_starting_node.num_head")
@@ -142,7 +146,7 @@ def from_deepmind(model_cfg: dict[str, Any]) -> AF2Config:
         template_unit_vector=bool(g(tp + "use_template_unit_vector")),
         num_structure_layers=g(sm + "num_layer"), c_ipa=g(sm + "num_scalar_qk"), ipa_heads=g(sm + "num_head"),
         ipa_qk_points=g(sm + "num_point_qk"), ipa_v_points=g(sm + "num_point_v"),
-        structure_transition_layers=g(sm + "num_layer_in_transition") // 3,
+        structure_transition_layers=1,
         structure_dropout=g(sm + "dropout"), c_resnet=g(sm + "sidechain.num_channel"),
         num_resnet_blocks=g(sm + "sidechain.num_residual_block"), position_scale=g(sm + "position_scale"),
         distogram_bins=g("heads.distogram.num_bins"),

@@ -5,7 +5,8 @@ Input: AF2's processed feature dict, every tensor with a leading recycle dimensi
 ``residue_index``, ``extra_msa`` / ``extra_msa_mask`` / ``extra_has_deletion`` /
 ``extra_deletion_value [R, S_e, N]``, ``residx_atom37_to_atom14``, ``atom37_atom_exists`` and, with
 templates, ``template_aatype [R, T, N]``, ``template_all_atom_positions [R, T, N, 37, 3]``,
-``template_all_atom_masks``, ``template_mask [R, T]``, ``template_pseudo_beta``(+``_mask``)).
+``template_all_atom_masks``, ``template_mask [R, T]``, ``template_pseudo_beta``(+``_mask``); optional
+``template_angle_feat [R, T, N, 57]`` replaces the angle features computed from the template atoms).
 Pass ``R`` = ``num_recycle + 1`` feature sets; cycle ``r`` reads set ``r``. An optional batch
 dimension may precede ``R`` (``[B, R, ...]``) with ``batch_dims=1``.
 """
