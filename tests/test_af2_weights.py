@@ -130,7 +130,7 @@ class _NotWeights:
 def test_pickles_that_are_not_weights_are_refused(tmp_path: Path) -> None:
     src = tmp_path / "object.pt"
     with open(src, "wb") as handle:
-        pickle.dump(_NotWeights(), handle)
+        pickle.dump(_NotWeights(), handle, protocol=2)
     assert "not a weights file" in _import_error(src, tmp_path / "out.ckpt")
     torch.save({"epoch": 3, "note": "hello"}, tmp_path / "dict.pt")
     assert "not a weights file" in _import_error(tmp_path / "dict.pt", tmp_path / "out.ckpt")
@@ -210,3 +210,16 @@ def test_cli_export_round_trip_and_model_from_config(tmp_path: Path) -> None:
     model = AlphaFold2.from_config(ckpt["model_config"])
     model.load_state_dict(model_weights(ckpt, ema=False), strict=True)
     assert AlphaFold2.from_config({"preset": "cpu_small", "num_recycle": 2}).cfg.num_recycle == 2
+
+
+def test_npz_that_is_not_a_weights_archive_is_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "single.npy", np.zeros(3))
+    (tmp_path / "single.npy").rename(tmp_path / "single.npz")
+    assert "not an .npz archive" in _import_error(tmp_path / "single.npz", tmp_path / "out.ckpt")
+    case = _case()
+    params = dict(np.load(case / "params.npz"))
+    key = next(k for k in params if "evoformer_iteration/outer_product_mean//output_b" in k)
+    params[key] = np.float32(1.0)  # a stacked array without its block axis
+    np.savez(tmp_path / "flat.npz", **params)
+    msg = _import_error(tmp_path / "flat.npz", tmp_path / "out.ckpt")
+    assert key in msg and "cannot be converted" in msg

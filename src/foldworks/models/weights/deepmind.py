@@ -224,7 +224,8 @@ def convert(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """DeepMind parameter dict → our state dict (float32 tensors, contiguous).
 
     Every DeepMind key must be used: a key the layout does not map is a ``KeyError`` naming it, and
-    so is a key the layout needs but the file lacks.
+    so is a key the layout needs but the file lacks; an array that cannot take its layout (too few
+    dimensions, not numeric) is a ``ValueError`` naming it.
     """
     entries = key_map(**layout_from_params(params))
     used: set[str] = set()
@@ -233,9 +234,13 @@ def convert(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         if theirs not in params:
             raise KeyError(f"DeepMind parameters lack {theirs!r} (needed for {ours!r})")
         arr = np.asarray(params[theirs])
-        if block is not None:
-            arr = arr[block]
-        out[ours] = torch.from_numpy(np.ascontiguousarray(fn(arr), dtype=np.float32))
+        try:
+            if block is not None:
+                arr = arr[block]
+            out[ours] = torch.from_numpy(np.ascontiguousarray(fn(arr), dtype=np.float32))
+        except (IndexError, ValueError, TypeError) as exc:
+            raise ValueError(f"DeepMind parameter {theirs!r} (shape {list(np.shape(params[theirs]))}, "
+                             f"dtype {np.asarray(params[theirs]).dtype}) cannot be converted: {exc}") from None
         used.add(theirs)
     unused = sorted(set(params) - used)
     if unused:

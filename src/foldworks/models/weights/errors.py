@@ -11,14 +11,17 @@ import numpy as np
 import torch
 
 
-class WeightsError(ValueError):
+class WeightsError(Exception):
     """A weight file cannot be used; the message is one line naming the file or key."""
 
 
 def read_npz(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an ``.npz`` (loaded eagerly so a truncated member fails here)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise WeightsError(f"{path}: not a weights file (a single array, not an .npz archive of named arrays)")
+        with data:
             return {k: np.asarray(data[k]) for k in data.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
         raise WeightsError(f"{path}: truncated or corrupt .npz weights file ({type(exc).__name__}: {exc})") from None

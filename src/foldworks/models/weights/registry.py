@@ -81,7 +81,7 @@ def _load_deepmind(path: Path, preset_name: str | None) -> Imported:
     params = read_npz(path)
     try:
         state = deepmind.convert(params)
-    except KeyError as exc:
+    except (KeyError, ValueError) as exc:
         raise WeightsError(f"{path}: {exc.args[0]}") from None
     return _af2_imported(state, preset_name)
 
