@@ -39,7 +39,11 @@ COMPARED = [
     ("pair", "representations/pair", 1e-3),
     ("single", "representations/single", 1e-3),
     ("sm_single", "representations/structure_module", 1e-3),
+    ("final_atom14_positions", "structure_module/final_atom14_positions", 1e-3),
     ("traj", "structure_module/traj", 1e-3),
+    ("sm_positions", "structure_module/sidechains/atom_pos", 1e-3),
+    ("sm_angles", "structure_module/sidechains/angles_sin_cos", 1e-3),
+    ("sm_unnormalized_angles", "structure_module/sidechains/unnormalized_angles_sin_cos", 1e-3),
     ("distogram_logits", "distogram/logits", 1e-3),
     ("masked_msa_logits", "masked_msa/logits", 1e-3),
     ("lddt_logits", "predicted_lddt/logits", 1e-3),
@@ -86,6 +90,8 @@ def _run(case: str, source: str) -> dict[str, np.ndarray]:
     flat = {k: v for k, v in out.items() if torch.is_tensor(v)}
     flat["sm_single"] = out["sm"]["single"]
     flat["traj"] = out["sm"]["frames"]
+    for key in ("positions", "angles", "unnormalized_angles"):
+        flat[f"sm_{key}"] = out["sm"][key]
     return {k: v.numpy() for k, v in flat.items()}
 
 
@@ -109,7 +115,7 @@ def test_forward_matches_alphafold2(case: str, source: str) -> None:
         err = float(np.abs(a - b).max())
         assert err <= tol, f"{case}/{source}: {ours_key} differs from {ref_key} by {err:.3g} (> {tol})"
         checked += 1
-    assert checked >= 11, f"{case}: only {checked} outputs compared"
+    assert checked >= 15, f"{case}: only {checked} outputs compared"
 
 
 @pytest.mark.parametrize("case", CASES or ["<none>"])
