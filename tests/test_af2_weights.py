@@ -223,3 +223,17 @@ def test_npz_that_is_not_a_weights_archive_is_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "flat.npz", **params)
     msg = _import_error(tmp_path / "flat.npz", tmp_path / "out.ckpt")
     assert key in msg and "cannot be converted" in msg
+
+
+def test_cli_checks_against_a_config_file(tmp_path: Path) -> None:
+    case = _case()
+    ok = _cli(str(case / "params.npz"), str(tmp_path / "c.ckpt"), "--config", str(case / "config.json"))
+    assert ok.returncode == 0, ok.stderr
+    expected = from_fixture_config(json.loads((case / "config.json").read_text()))
+    assert torch.load(tmp_path / "c.ckpt", weights_only=True)["model_config"] == expected.to_dict()
+    (tmp_path / "big.json").write_text(json.dumps({"preset": "model_1_ptm"}))
+    bad = _cli(str(case / "params.npz"), str(tmp_path / "d.ckpt"), "--config", str(tmp_path / "big.json"))
+    assert bad.returncode == 1 and "shape mismatch" in bad.stderr and not (tmp_path / "d.ckpt").exists()
+    (tmp_path / "junk.json").write_text("{not json")
+    junk = _cli(str(case / "params.npz"), str(tmp_path / "e.ckpt"), "--config", str(tmp_path / "junk.json"))
+    assert junk.returncode == 1 and "not a usable model config" in junk.stderr

@@ -1,10 +1,12 @@
 """Import foreign model weights into a foldworks checkpoint.
 
-    python -m foldworks.models.import_weights SRC OUT [--format deepmind|openfold] [--preset NAME]
+    python -m foldworks.models.import_weights SRC OUT [--format deepmind|openfold] [--preset NAME | --config JSON]
     python -m foldworks.models.import_weights --export-openfold CKPT OUT
 
 Formats are detected from the file name unless ``--format`` is given. ``--preset`` names the
-model sizes to check the weights against strictly (without it they are read from the weights).
+model sizes to check the weights against strictly, ``--config`` a JSON file with them (DeepMind's
+model config, a reference case's ``config.json`` or a foldworks AF2 config); without either they
+are read from the weights.
 ``--count PRESET`` prints a preset's parameter count and exits. ``--export-openfold`` writes the
 AF2 weights of a foldworks checkpoint as an OpenFold state dict.
 """
@@ -17,6 +19,19 @@ import sys
 from foldworks.models.weights.errors import WeightsError
 
 
+def _read_config(path: str):
+    """The AF2 config in a JSON file (one-line :class:`WeightsError` when unreadable)."""
+    import json
+
+    from foldworks.models.af2.config import config_from_json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return config_from_json(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WeightsError(f"{path}: not a usable model config ({exc})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from foldworks.models.af2.config import PRESETS, preset
     from foldworks.models.af2.model import count_parameters
@@ -27,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", help="foldworks checkpoint to write")
     parser.add_argument("--format", choices=sorted(FORMATS), help="input format (default: detect)")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="model sizes to check against")
+    parser.add_argument("--config", help="JSON file with the model sizes to check against")
     parser.add_argument("--count", metavar="PRESET", choices=sorted(PRESETS), help="print a preset's parameter count")
     parser.add_argument("--export-openfold", action="store_true", help="SRC is a foldworks checkpoint; write OUT as an OpenFold state dict")
     args = parser.parse_args(argv)
@@ -40,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             n = export_openfold(args.src, args.out)
             print(f"wrote {args.out}: OpenFold state dict, {n} tensors")
             return 0
-        ckpt = import_weights(args.src, args.out, fmt=args.format, preset=args.preset)
+        sizes = args.preset
+        if args.config:
+            sizes = _read_config(args.config)
+        ckpt = import_weights(args.src, args.out, fmt=args.format, preset=sizes)
     except WeightsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

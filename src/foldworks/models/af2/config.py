@@ -163,6 +163,19 @@ def from_fixture_config(config_json: dict[str, Any]) -> AF2Config:
     return from_deepmind(config_json["full_config"]["model"])
 
 
+def config_from_json(values: dict[str, Any]) -> AF2Config:
+    """An :class:`AF2Config` from a JSON dict in any of the accepted spellings: a reference case's
+    ``config.json`` (``full_config``), DeepMind's ``config.model`` dict, ``{"preset": name,
+    **overrides}`` or :meth:`AF2Config.to_dict` output."""
+    if "full_config" in values:
+        return from_fixture_config(values)
+    if "embeddings_and_evoformer" in values:
+        return from_deepmind(values)
+    values = dict(values)
+    base = preset(values.pop("preset")).to_dict() if "preset" in values else {}
+    return AF2Config.from_dict({**base, **values})
+
+
 def _model(templates: bool, ptm: bool) -> AF2Config:
     return AF2Config(templates=templates, ptm=ptm)
 
@@ -188,4 +201,4 @@ def preset(name: str) -> AF2Config:
     return dataclasses.replace(PRESETS[name])
 
 
-__all__ = ["AF2Config", "PRESETS", "preset", "from_deepmind", "from_fixture_config"]
+__all__ = ["AF2Config", "PRESETS", "config_from_json", "preset", "from_deepmind", "from_fixture_config"]

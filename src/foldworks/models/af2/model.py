@@ -65,12 +65,10 @@ class AlphaFold2(nn.Module):
 
     @classmethod
     def from_config(cls, values: dict) -> "AlphaFold2":
-        """Build from a config dict: ``{"preset": name, **overrides}`` or a full :meth:`AF2Config.to_dict`."""
-        from foldworks.models.af2.config import preset
+        """Build from a config dict (see :func:`~foldworks.models.af2.config.config_from_json`)."""
+        from foldworks.models.af2.config import config_from_json
 
-        values = dict(values)
-        base = preset(values.pop("preset")).to_dict() if "preset" in values else {}
-        return cls(AF2Config.from_dict({**base, **values}))
+        return cls(config_from_json(values))
 
     def iteration(self, feats: dict[str, Tensor], prev: dict[str, Tensor]) -> dict[str, Tensor]:
         """One pass of Alg 2 on one feature set (no recycle dimension). The structure module runs in

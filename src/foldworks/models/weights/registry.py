@@ -44,7 +44,7 @@ class Imported:
 @dataclass
 class WeightFormat:
     detect: Callable[[Path], bool]
-    load: Callable[[Path, "str | None"], Imported]
+    load: Callable[[Path, Any], Imported]  # (path, preset name / model config / None)
 
 
 def af2_expected_shapes(cfg: AF2Config) -> dict[str, tuple[int, ...]]:
@@ -56,9 +56,11 @@ def af2_expected_shapes(cfg: AF2Config) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def _af2_imported(state: dict[str, torch.Tensor], preset_name: str | None) -> Imported:
-    """Strict-check AF2 weights against the preset (sizes read from the weights when no preset)."""
-    if preset_name is not None:
+def _af2_imported(state: dict[str, torch.Tensor], preset_name: "str | AF2Config | None") -> Imported:
+    """Strict-check AF2 weights against the preset or config (sizes read from the weights when none)."""
+    if isinstance(preset_name, AF2Config):
+        cfg = preset_name
+    elif preset_name is not None:
         cfg = af2_preset(preset_name)
     else:
         try:
@@ -77,7 +79,7 @@ def _detect_deepmind(path: Path) -> bool:
     return path.suffix == ".npz"
 
 
-def _load_deepmind(path: Path, preset_name: str | None) -> Imported:
+def _load_deepmind(path: Path, preset_name: Any) -> Imported:
     params = read_npz(path)
     try:
         state = deepmind.convert(params)
@@ -90,7 +92,7 @@ def _detect_openfold(path: Path) -> bool:
     return path.suffix in (".pt", ".pth", ".ckpt")
 
 
-def _load_openfold(path: Path, preset_name: str | None) -> Imported:
+def _load_openfold(path: Path, preset_name: Any) -> Imported:
     state, _ = openfold.unwrap(read_torch(path), path)
     if not openfold.looks_like_openfold(state):
         raise WeightsError(f"{path}: not an OpenFold AF2 state dict (no 'evoformer.blocks.*' keys)")
@@ -119,8 +121,11 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def import_weights(src: str | Path, out: str | Path, fmt: str | None = None, preset: str | None = None) -> dict[str, Any]:
-    """Convert ``src`` and write a foldworks checkpoint to ``out`` atomically (nothing on error)."""
+def import_weights(src: str | Path, out: str | Path, fmt: str | None = None, preset: Any = None) -> dict[str, Any]:
+    """Convert ``src`` and write a foldworks checkpoint to ``out`` atomically (nothing on error).
+
+    ``preset``: a preset name or a model config to check the weights against; ``None`` reads the
+    sizes from the weights."""
     src, out = Path(src), Path(out)
     if not src.is_file():
         raise WeightsError(f"{src}: no such file")
