@@ -75,10 +75,11 @@ def test_initialisation_follows_alphafold2() -> None:
     torch.manual_seed(0)
     model = AlphaFold2(preset("cpu_small"))
     sd = dict(model.named_parameters())
-    gate = sd["evoformer.blocks.0.msa_att_row.mha.linear_g.weight"], sd["evoformer.blocks.0.msa_att_row.mha.linear_g.bias"]
-    assert torch.all(gate[0] == 0) and torch.all(gate[1] == 1)
+    gate = "evoformer.blocks.0.msa_att_row.mha.linear_g."
+    assert torch.all(sd[gate + "weight"] == 0) and torch.all(sd[gate + "bias"] == 1)
     assert torch.all(sd["evoformer.blocks.0.pair_stack.tri_mul_in.linear_a_g.bias"] == 1)
-    for final in ("evoformer.blocks.0.msa_att_row.mha.linear_o.weight", "evoformer.blocks.0.pair_stack.tri_mul_out.linear_z.weight",
+    for final in ("evoformer.blocks.0.msa_att_row.mha.linear_o.weight",
+                  "evoformer.blocks.0.pair_stack.tri_mul_out.linear_z.weight",
                   "evoformer.blocks.0.outer_product_mean.linear_out.weight", "structure_module.ipa.linear_out.weight",
                   "structure_module.transition.layers.0.linear_3.weight", "structure_module.bb_update.linear.weight",
                   "structure_module.angle_resnet.layers.0.linear_2.weight", "aux_heads.distogram.linear.weight",
@@ -87,7 +88,8 @@ def test_initialisation_follows_alphafold2() -> None:
     assert torch.all(sd["input_embedder.linear_msa_m.bias"] == 0)
     big = AlphaFold2(dataclasses.replace(preset("cpu_small"), c_m=256, c_z=128))
     w = dict(big.named_parameters())
-    assert abs(w["evoformer.blocks.0.msa_transition.linear_1.weight"].std().item() - math.sqrt(2 / 256)) < 0.1 * math.sqrt(2 / 256)
+    he = w["evoformer.blocks.0.msa_transition.linear_1.weight"].std().item()
+    assert abs(he - math.sqrt(2 / 256)) < 0.1 * math.sqrt(2 / 256)
     assert abs(w["input_embedder.linear_relpos.weight"].std().item() - math.sqrt(1 / 65)) < 0.1 * math.sqrt(1 / 65)
     softplus = torch.nn.functional.softplus(w["structure_module.ipa.head_weights"])
     assert torch.allclose(softplus, torch.ones_like(softplus))
@@ -123,8 +125,9 @@ def test_template_features_under_translation() -> None:
     moved["template_all_atom_positions"] = batch["template_all_atom_positions"] + shift
     moved["template_pseudo_beta"] = batch["template_pseudo_beta"] + shift
     for unit_vector in (False, True):
-        torch.testing.assert_close(template_pair_features(batch, cfg.template_dgram_bins, unit_vector),
-                                   template_pair_features(moved, cfg.template_dgram_bins, unit_vector), atol=1e-5, rtol=0)
+        before = template_pair_features(batch, cfg.template_dgram_bins, unit_vector)
+        after = template_pair_features(moved, cfg.template_dgram_bins, unit_vector)
+        torch.testing.assert_close(before, after, atol=1e-5, rtol=0)
     args = ("template_aatype", "template_all_atom_positions", "template_all_atom_masks")
     fa, _ = template_angle_features(*(batch[k] for k in args))
     fb, _ = template_angle_features(*(moved[k] for k in args))

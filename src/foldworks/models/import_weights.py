@@ -37,14 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     from foldworks.models.af2.model import count_parameters
     from foldworks.models.weights.registry import FORMATS, export_openfold, import_weights
 
-    parser = argparse.ArgumentParser(prog="python -m foldworks.models.import_weights", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m foldworks.models.import_weights",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("src", nargs="?", help="weights file to import")
     parser.add_argument("out", nargs="?", help="foldworks checkpoint to write")
     parser.add_argument("--format", choices=sorted(FORMATS), help="input format (default: detect)")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="model sizes to check against")
     parser.add_argument("--config", help="JSON file with the model sizes to check against")
     parser.add_argument("--count", metavar="PRESET", choices=sorted(PRESETS), help="print a preset's parameter count")
-    parser.add_argument("--export-openfold", action="store_true", help="SRC is a foldworks checkpoint; write OUT as an OpenFold state dict")
+    parser.add_argument("--export-openfold", action="store_true",
+                        help="SRC is a foldworks checkpoint; write OUT as an OpenFold state dict")
     args = parser.parse_args(argv)
     if args.count:
         print(f"{args.count}: {count_parameters(preset(args.count)):,} parameters")

@@ -115,7 +115,8 @@ def from_deepmind(model_cfg: dict[str, Any]) -> AF2Config:
                          f"got {g(sm + 'num_layer_in_transition')}")
     c_m, c_z, c_e = g(e + "msa_channel"), g(e + "pair_channel"), g(e + "extra_msa_channel")
     c_t = g(tp + "template_pair_stack.triangle_attention_ending_node.value_dim")
-    msa_heads, pair_heads = g(evo + "msa_row_attention_with_pair_bias.num_head"), g(evo + "triangle_attention_starting_node.num_head")
+    msa_heads = g(evo + "msa_row_attention_with_pair_bias.num_head")
+    pair_heads = g(evo + "triangle_attention_starting_node.num_head")
     t_heads = g(tp + "template_pair_stack.triangle_attention_starting_node.num_head")
     pw_heads = g(tp + "attention.num_head")
     return AF2Config(

@@ -56,7 +56,8 @@ def config_from_state_dict(state: dict[str, torch.Tensor], base: AF2Config) -> A
         plddt_bins=s("aux_heads.plddt.linear_3.weight")[0], c_plddt=s("aux_heads.plddt.linear_1.weight")[0],
         ptm="aux_heads.tm.linear.weight" in state,
     )
-    values["ipa_v_points"] = s("structure_module.ipa.linear_kv_points.linear.weight")[0] // (3 * ipa_heads) - values["ipa_qk_points"]
+    kv_points = s("structure_module.ipa.linear_kv_points.linear.weight")[0] // (3 * ipa_heads)
+    values["ipa_v_points"] = kv_points - values["ipa_qk_points"]
     if values["ptm"]:
         values["pae_bins"] = s("aux_heads.tm.linear.weight")[0]
     if templates:

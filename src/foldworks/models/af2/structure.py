@@ -17,7 +17,6 @@ from foldworks.models.af2.primitives import Linear
 from foldworks.models.openfold.all_atom import frames_to_atom14, torsion_angles_to_frames
 from foldworks.models.openfold.rigid import quat_to_rot
 
-Frames = tuple[Tensor, Tensor]
 
 
 def _apply(rot: Tensor, trans: Tensor, x: Tensor) -> Tensor:

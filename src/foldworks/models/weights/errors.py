@@ -47,7 +47,8 @@ def tensor_dict(obj: Any, path: Path, what: str = "state dict") -> dict[str, tor
         raise WeightsError(f"{path}: not a weights file (empty {what})")
     for key, val in obj.items():
         if not isinstance(key, str) or not torch.is_tensor(val):
-            raise WeightsError(f"{path}: not a weights file ({what} entry {key!r} is a {type(val).__name__}, not a tensor)")
+            raise WeightsError(
+                f"{path}: not a weights file ({what} entry {key!r} is a {type(val).__name__}, not a tensor)")
     return obj
 
 
