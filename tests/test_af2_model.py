@@ -207,3 +207,20 @@ def test_structure_and_confidence_stay_fp32_under_bf16_autocast() -> None:
     assert out["final_atom_positions"].dtype == torch.float32 and out["sm"]["frames"].dtype == torch.float32
     assert out["plddt"].dtype == torch.float32 and out["predicted_aligned_error"].dtype == torch.float32
     assert torch.isfinite(out["final_atom_positions"]).all()
+
+
+def test_openfold_overrides_map_to_the_same_config() -> None:
+    """Each reference case's OpenFold overrides give the config its DeepMind config gives."""
+    from foldworks.models.af2.config import from_openfold
+
+    reference = _shared_path("FOLDWORKS_AF2_REFERENCE", "af2_reference")
+    if reference is None:
+        pytest.skip("AF2 reference fixtures not found: set FOLDWORKS_AF2_REFERENCE or provide ../shared/af2_reference")
+    cases = [p for p in sorted(reference.iterdir()) if (p / "config.json").is_file()]
+    assert cases
+    for case in cases:
+        config = json.loads((case / "config.json").read_text())
+        ours = from_openfold(config["openfold_model_name"], config["openfold_overrides"])
+        assert ours == from_fixture_config(config), case.name
+    with pytest.raises(KeyError, match="unsupported OpenFold config key 'model.foo'"):
+        from_openfold("model_1", {"model.foo": 1})

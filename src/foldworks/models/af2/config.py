@@ -1,5 +1,5 @@
-"""AlphaFold2 model sizes: one dataclass, the published presets and the mapping from DeepMind's
-nested model config.
+"""AlphaFold2 model sizes: one dataclass, the published presets and the mappings from DeepMind's
+nested model config and from OpenFold's config overrides.
 
 Presets: DeepMind's ``model_1`` … ``model_5`` and their ``_ptm`` variants (``model_1``/``model_2``
 use templates, ``model_3``–``model_5`` do not; ``_ptm`` adds the predicted-aligned-error head),
@@ -164,6 +164,52 @@ def from_fixture_config(config_json: dict[str, Any]) -> AF2Config:
     return from_deepmind(config_json["full_config"]["model"])
 
 
+# OpenFold config keys (dotted, as in ``openfold.config.model_config`` overrides) → our fields.
+# Extra-MSA and Evoformer pair-attention widths are one field here; runtime-only keys are ignored.
+_OPENFOLD_KEYS: dict[str, tuple[str, ...]] = {
+    "globals.c_m": ("c_m",), "globals.c_z": ("c_z",), "globals.c_s": ("c_s",), "globals.c_e": ("c_e",),
+    "globals.c_t": ("c_t",), "data.common.max_recycling_iters": ("num_recycle",),
+    "model.evoformer_stack.c_hidden_msa_att": ("c_hidden_msa",),
+    "model.evoformer_stack.c_hidden_mul": ("c_hidden_mul",),
+    "model.evoformer_stack.c_hidden_opm": ("c_hidden_opm",),
+    "model.evoformer_stack.c_hidden_pair_att": ("c_hidden_pair",),
+    "model.evoformer_stack.no_blocks": ("num_evoformer_blocks",),
+    "model.extra_msa.extra_msa_stack.c_hidden_msa_att": ("extra_c_hidden_msa",),
+    "model.extra_msa.extra_msa_stack.c_hidden_mul": ("extra_c_hidden_mul",),
+    "model.extra_msa.extra_msa_stack.c_hidden_opm": ("extra_c_hidden_opm",),
+    "model.extra_msa.extra_msa_stack.c_hidden_pair_att": ("c_hidden_pair",),
+    "model.extra_msa.extra_msa_stack.no_blocks": ("num_extra_blocks",),
+    "model.heads.lddt.c_hidden": ("c_plddt",),
+    "model.structure_module.c_ipa": ("c_ipa",), "model.structure_module.c_resnet": ("c_resnet",),
+    "model.structure_module.no_blocks": ("num_structure_layers",),
+    "model.structure_module.no_heads_ipa": ("ipa_heads",),
+    "model.template.template_pair_stack.c_hidden_tri_att": ("template_c_hidden_att",),
+    "model.template.template_pair_stack.c_hidden_tri_mul": ("template_c_hidden_mul",),
+    "model.template.template_pair_stack.no_blocks": ("num_template_blocks",),
+    "model.template.template_pointwise_attention.c_hidden": ("template_pointwise_c_hidden",),
+    "model.template.enabled": ("templates",),
+}
+_OPENFOLD_RUNTIME = ("chunk_size", "tune_chunk_size")
+
+
+def from_openfold(model_name: str, overrides: dict[str, Any]) -> AF2Config:
+    """OpenFold's ``model_config(model_name)`` with dotted-key ``overrides`` → :class:`AF2Config`.
+
+    Runtime-only keys (chunking) are ignored; any other unknown key is a ``KeyError`` naming it.
+    """
+    values: dict[str, Any] = {}
+    for key, val in overrides.items():
+        if key.rsplit(".", 1)[-1] in _OPENFOLD_RUNTIME:
+            continue
+        if key not in _OPENFOLD_KEYS:
+            raise KeyError(f"unsupported OpenFold config key {key!r}")
+        for name in _OPENFOLD_KEYS[key]:
+            if name in values and values[name] != val:
+                raise ValueError(f"OpenFold key {key!r} = {val} conflicts with {name} = {values[name]}")
+            values[name] = val
+    return dataclasses.replace(preset(model_name), **values)
+
+
 def config_from_json(values: dict[str, Any]) -> AF2Config:
     """An :class:`AF2Config` from a JSON dict in any of the accepted spellings: a reference case's
     ``config.json`` (``full_config``), DeepMind's ``config.model`` dict, ``{"preset": name,
@@ -202,4 +248,5 @@ def preset(name: str) -> AF2Config:
     return dataclasses.replace(PRESETS[name])
 
 
-__all__ = ["AF2Config", "PRESETS", "config_from_json", "preset", "from_deepmind", "from_fixture_config"]
+__all__ = ["AF2Config", "PRESETS", "config_from_json", "preset", "from_deepmind", "from_fixture_config",
+           "from_openfold"]
