@@ -224,3 +224,14 @@ def test_openfold_overrides_map_to_the_same_config() -> None:
         assert ours == from_fixture_config(config), case.name
     with pytest.raises(KeyError, match="unsupported OpenFold config key 'model.foo'"):
         from_openfold("model_1", {"model.foo": 1})
+
+
+def test_chunked_attention_gives_the_same_outputs() -> None:
+    model = _noisy_model(preset("cpu_small"))
+    batch = random_batch(1, 1, 19, 5, 7, 2, seed=8)
+    with torch.no_grad():
+        whole = model(batch, batch_dims=1)
+        model.set_chunk_size(4)
+        chunked = model(batch, batch_dims=1)
+    for key in ("final_atom_positions", "pair", "msa", "distogram_logits"):
+        torch.testing.assert_close(whole[key], chunked[key], atol=1e-5, rtol=1e-5, msg=key)

@@ -63,6 +63,14 @@ class AlphaFold2(nn.Module):
         self.structure_module = StructureModule(cfg)
         self.aux_heads = AuxiliaryHeads(cfg)
 
+    def set_chunk_size(self, chunk_size: int | None) -> None:
+        """Process attention in chunks of ``chunk_size`` rows (memory ∝ chunk, same results); None = off."""
+        from foldworks.models.af2.primitives import Attention
+
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.chunk_size = chunk_size
+
     @classmethod
     def from_config(cls, values: dict) -> "AlphaFold2":
         """Build from a config dict (see :func:`~foldworks.models.af2.config.config_from_json`)."""

@@ -78,7 +78,22 @@ class Attention(nn.Module):
         self.linear_o = Linear(hc, c_out if c_out is not None else c_q, init="final")
         self.linear_g = Linear(c_q, hc, init="gating") if gating else None
 
+    # Rows (dim -3 of the inputs) processed per step; None = all at once. Results are identical.
+    chunk_size: int | None = None
+
     def forward(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
+        rows = q_x.shape[-3] if q_x.dim() >= 3 else 1
+        if self.chunk_size is None or rows <= self.chunk_size:
+            return self._attend(q_x, kv_x, biases)
+        outs = []
+        for start in range(0, rows, self.chunk_size):
+            part = slice(start, start + self.chunk_size)
+            chunk_biases = [b[..., part, :, :, :] if b.dim() >= 4 and b.shape[-4] > 1 else b for b in biases]
+            kv = kv_x[..., part, :, :] if kv_x.dim() >= 3 and kv_x.shape[-3] > 1 else kv_x
+            outs.append(self._attend(q_x[..., part, :, :], kv, chunk_biases))
+        return torch.cat(outs, dim=-3)
+
+    def _attend(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
         h, c = self.num_heads, self.c_hidden
         q = self.linear_q(q_x).unflatten(-1, (h, c)).transpose(-2, -3) * (c ** -0.5)  # [*, H, Q, C]
         k = self.linear_k(kv_x).unflatten(-1, (h, c)).transpose(-2, -3)
