@@ -7,6 +7,8 @@ dimensions ``*``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
@@ -15,6 +17,9 @@ from foldworks.models.af2.geometry import (
     pseudo_beta, squared_distance_onehot, template_angle_features, template_pair_features,
 )
 from foldworks.models.af2.primitives import Attention, Linear, mask_bias
+
+if TYPE_CHECKING:
+    from foldworks.models.af2.config import AF2Config
 
 
 class InputEmbedder(nn.Module):
@@ -110,7 +115,7 @@ class TemplatePointwiseAttention(nn.Module):
 class TemplateEmbedder(nn.Module):
     """Templates → pair update (Alg 2 lines 8–13) and extra MSA rows (Alg 2 line 7)."""
 
-    def __init__(self, cfg) -> None:  # cfg: AF2Config
+    def __init__(self, cfg: "AF2Config") -> None:
         super().__init__()
         self.cfg = cfg
         self.template_single_embedder = TemplateSingleEmbedder(57, cfg.c_m)

@@ -8,6 +8,8 @@ single ``s [*, N, c_s]``, pair ``z [*, N, N, c_z]``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import torch
@@ -16,6 +18,9 @@ from torch import Tensor, nn
 from foldworks.models.af2.primitives import Linear
 from foldworks.models.openfold.all_atom import frames_to_atom14, torsion_angles_to_frames
 from foldworks.models.openfold.rigid import quat_to_rot
+
+if TYPE_CHECKING:
+    from foldworks.models.af2.config import AF2Config
 
 
 
@@ -171,7 +176,7 @@ class StructureModule(nn.Module):
     final single ``single [*, N, c_s]`` and the last layer's group frames (rotation, translation Å).
     """
 
-    def __init__(self, cfg) -> None:  # cfg: AF2Config
+    def __init__(self, cfg: "AF2Config") -> None:
         super().__init__()
         self.cfg = cfg
         self.layer_norm_s = nn.LayerNorm(cfg.c_s)
