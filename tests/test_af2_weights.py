@@ -238,3 +238,20 @@ def test_cli_checks_against_a_config_file(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{not json")
     junk = _cli(str(case / "params.npz"), str(tmp_path / "e.ckpt"), "--config", str(tmp_path / "junk.json"))
     assert junk.returncode == 1 and "not a usable model config" in junk.stderr
+
+
+def test_formats_are_detected_by_content_and_a_format_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    from foldworks.models.weights import registry
+
+    torch.save({"encoder.layer.weight": torch.zeros(2, 2)}, tmp_path / "other.pt")
+    assert "unknown weights format" in _import_error(tmp_path / "other.pt", tmp_path / "out.ckpt")
+
+    def load(path: Path, sizes) -> registry.Imported:
+        return registry.Imported(torch.load(path, weights_only=True), "toy", {"width": 2})
+
+    monkeypatch.setitem(registry.FORMATS, "toy", registry.WeightFormat(detect=lambda p: "other" in p.name, load=load))
+    ckpt = import_weights(tmp_path / "other.pt", tmp_path / "toy.ckpt")
+    assert ckpt["source"]["format"] == "toy" and ckpt["model"] == "toy"
+    assert list(ckpt["state_dict"]) == ["model.encoder.layer.weight"]
+    assert registry.detect_format(_case() / "params.npz") == "deepmind"
+    assert registry.detect_format(_case() / "openfold_state_dict.pt") == "openfold"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from foldworks.models.af2.config import AF2Config, preset as af2_preset
@@ -76,7 +77,15 @@ def _is_zip(path: Path) -> bool:
 
 
 def _detect_deepmind(path: Path) -> bool:
-    return path.suffix == ".npz"
+    """An ``.npz`` whose array names are DeepMind AlphaFold scopes (or that cannot be read: the
+    loader then reports why)."""
+    if path.suffix != ".npz":
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return any(name.startswith(deepmind.PREFIX) for name in data.files)
+    except Exception:  # noqa: BLE001 - unreadable: let the loader give the one-line reason
+        return True
 
 
 def _load_deepmind(path: Path, preset_name: Any) -> Imported:
@@ -89,7 +98,18 @@ def _load_deepmind(path: Path, preset_name: Any) -> Imported:
 
 
 def _detect_openfold(path: Path) -> bool:
-    return path.suffix in (".pt", ".pth", ".ckpt")
+    """A torch file holding OpenFold AF2 weights (or one that cannot be read: the loader then
+    reports why). Memory-mapped, so large files are not read twice."""
+    if path.suffix not in (".pt", ".pth", ".ckpt"):
+        return False
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state, _ = openfold.unwrap(obj, path)
+    except WeightsError:
+        return True
+    except Exception:  # noqa: BLE001 - unreadable: let the loader give the one-line reason
+        return True
+    return openfold.looks_like_openfold(state)
 
 
 def _load_openfold(path: Path, preset_name: Any) -> Imported:
