@@ -238,3 +238,16 @@ def test_chunked_attention_gives_the_same_outputs() -> None:
         chunked = model(batch, batch_dims=1)
     for key in ("final_atom_positions", "pair", "msa", "distogram_logits"):
         torch.testing.assert_close(whole[key], chunked[key], atol=1e-5, rtol=1e-5, msg=key)
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    no_dropout = dict(msa_dropout=0.0, pair_dropout=0.0, structure_dropout=0.0)
+    batch = random_batch(1, 1, 12, 3, 4, 1, seed=9)
+    grads = []
+    for checkpointing in (False, True):
+        model = _noisy_model(dataclasses.replace(preset("cpu_small"), checkpointing=checkpointing, **no_dropout)).train()
+        out = model(batch, batch_dims=1)
+        (out["distogram_logits"].square().mean() + out["final_atom_positions"].square().mean()).backward()
+        grads.append(model.evoformer.blocks[0].msa_att_row.mha.linear_q.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+    assert grads[0].abs().sum() > 0
