@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import _shared_path
-from foldworks.models.af2.config import AF2Config, from_fixture_config, preset
+from foldworks.models.af2.config import AF2Config, from_reference_config, preset
 from foldworks.models.af2.geometry import template_angle_features, template_pair_features, torsion_angles
 from foldworks.models.af2.model import AlphaFold2, count_parameters
 from foldworks.models.openfold.rigid import random_rotation
@@ -68,7 +68,7 @@ def test_presets_share_the_architecture() -> None:
     assert count_parameters(cfg) < 200_000
     reference = _shared_path("FOLDWORKS_AF2_REFERENCE", "af2_reference")
     if reference is not None and (reference / "crambin_tmpl" / "config.json").is_file():
-        fixture = from_fixture_config(json.loads((reference / "crambin_tmpl" / "config.json").read_text()))
+        fixture = from_reference_config(json.loads((reference / "crambin_tmpl" / "config.json").read_text()))
         heads = dict(pair_heads=2, c_hidden_pair=8, template_att_heads=2, template_c_hidden_att=8)
         assert dataclasses.replace(fixture, **heads) == cfg
 
@@ -224,7 +224,7 @@ def test_openfold_overrides_map_to_the_same_config() -> None:
     for case in cases:
         config = json.loads((case / "config.json").read_text())
         ours = from_openfold(config["openfold_model_name"], config["openfold_overrides"])
-        assert ours == from_fixture_config(config), case.name
+        assert ours == from_reference_config(config), case.name
     with pytest.raises(KeyError, match="unsupported OpenFold config key 'model.foo'"):
         from_openfold("model_1", {"model.foo": 1})
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import _shared_path
-from foldworks.models.af2.config import from_fixture_config
+from foldworks.models.af2.config import from_reference_config
 from foldworks.models.af2.geometry import template_angle_features
 from foldworks.models.af2.model import AlphaFold2
 from foldworks.models.weights import deepmind, openfold
@@ -80,7 +80,7 @@ def _state(case: str, source: str) -> dict[str, torch.Tensor]:
 @functools.lru_cache(maxsize=2)
 def _run(case: str, source: str) -> dict[str, np.ndarray]:
     torch.set_num_threads(1)
-    cfg = from_fixture_config(json.loads((_case_dir(case) / "config.json").read_text()))
+    cfg = from_reference_config(json.loads((_case_dir(case) / "config.json").read_text()))
     model = AlphaFold2(cfg).eval()
     state = _state(case, source)
     check_strict(state, {k: tuple(v.shape) for k, v in model.state_dict().items()})

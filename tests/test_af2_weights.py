@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import _shared_path
-from foldworks.models.af2.config import from_fixture_config, preset
+from foldworks.models.af2.config import from_reference_config, preset
 from foldworks.models.weights import deepmind, openfold
 from foldworks.models.weights.errors import WeightsError
 from foldworks.models.weights.registry import af2_expected_shapes, import_weights
@@ -176,7 +176,7 @@ def test_deepmind_import_gives_config_and_loads_by_name(tmp_path: Path) -> None:
     case = _case()
     ckpt = import_weights(case / "params.npz", tmp_path / "dm.ckpt")
     assert ckpt["model"] == "evoformer" and ckpt["source"]["format"] == "deepmind"
-    fixture_cfg = from_fixture_config(json.loads((case / "config.json").read_text()))
+    fixture_cfg = from_reference_config(json.loads((case / "config.json").read_text()))
     for key in ("c_m", "c_z", "c_s", "c_e", "c_t", "num_evoformer_blocks", "c_ipa", "ipa_heads", "templates", "ptm"):
         assert ckpt["model_config"][key] == getattr(fixture_cfg, key), key
 
@@ -230,7 +230,7 @@ def test_cli_checks_against_a_config_file(tmp_path: Path) -> None:
     case = _case()
     ok = _cli(str(case / "params.npz"), str(tmp_path / "c.ckpt"), "--config", str(case / "config.json"))
     assert ok.returncode == 0, ok.stderr
-    expected = from_fixture_config(json.loads((case / "config.json").read_text()))
+    expected = from_reference_config(json.loads((case / "config.json").read_text()))
     assert torch.load(tmp_path / "c.ckpt", weights_only=True)["model_config"] == expected.to_dict()
     (tmp_path / "big.json").write_text(json.dumps({"preset": "model_1_ptm"}))
     bad = _cli(str(case / "params.npz"), str(tmp_path / "d.ckpt"), "--config", str(tmp_path / "big.json"))

@@ -29,7 +29,7 @@ Behaviour worth knowing:
 * The structure module and the confidence metrics run in fp32 under autocast.
 """
 
-from foldworks.models.af2.config import PRESETS, AF2Config, from_deepmind, from_fixture_config, preset
+from foldworks.models.af2.config import PRESETS, AF2Config, from_deepmind, from_reference_config, preset
 from foldworks.models.af2.model import AlphaFold2, count_parameters
 
-__all__ = ["AF2Config", "AlphaFold2", "PRESETS", "count_parameters", "from_deepmind", "from_fixture_config", "preset"]
+__all__ = ["AF2Config", "AlphaFold2", "PRESETS", "count_parameters", "from_deepmind", "from_reference_config", "preset"]

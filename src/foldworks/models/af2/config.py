@@ -159,7 +159,7 @@ def from_deepmind(model_cfg: dict[str, Any]) -> AF2Config:
     )
 
 
-def from_fixture_config(config_json: dict[str, Any]) -> AF2Config:
+def from_reference_config(config_json: dict[str, Any]) -> AF2Config:
     """An :class:`AF2Config` from a reference case's ``config.json`` (its ``full_config.model``)."""
     return from_deepmind(config_json["full_config"]["model"])
 
@@ -215,7 +215,7 @@ def config_from_json(values: dict[str, Any]) -> AF2Config:
     ``config.json`` (``full_config``), DeepMind's ``config.model`` dict, ``{"preset": name,
     **overrides}`` or :meth:`AF2Config.to_dict` output."""
     if "full_config" in values:
-        return from_fixture_config(values)
+        return from_reference_config(values)
     if "embeddings_and_evoformer" in values:
         return from_deepmind(values)
     values = dict(values)
@@ -250,5 +250,5 @@ def preset(name: str) -> AF2Config:
     return dataclasses.replace(PRESETS[name])
 
 
-__all__ = ["AF2Config", "PRESETS", "config_from_json", "preset", "from_deepmind", "from_fixture_config",
+__all__ = ["AF2Config", "PRESETS", "config_from_json", "preset", "from_deepmind", "from_reference_config",
            "from_openfold"]
