@@ -1,7 +1,9 @@
 """Weight formats and the foldworks checkpoint they are imported into.
 
 ``FORMATS`` maps a format name to a :class:`WeightFormat` (a ``detect(path) -> bool`` and a
-``load(path, preset) -> Imported``). Adding a format is one line::
+``load(path, sizes) -> Imported``; ``sizes`` is a preset name, a model config or ``None``). Formats
+are tried in insertion order; the built-in detectors look at the content (DeepMind array scopes,
+OpenFold state-dict names), so other ``.npz``/``.pt`` files fall through. Adding a format is one line::
 
     FORMATS["proteinmpnn"] = WeightFormat(detect=my_detect, load=my_load)
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -70,10 +71,6 @@ def _af2_imported(state: dict[str, torch.Tensor], preset_name: "str | AF2Config 
             raise WeightsError(f"missing key {exc.args[0]!r} (needed to read the model sizes)") from None
     check_strict(state, af2_expected_shapes(cfg))
     return Imported(state, AF2_FAMILY, cfg.to_dict())
-
-
-def _is_zip(path: Path) -> bool:
-    return zipfile.is_zipfile(path)
 
 
 def _detect_deepmind(path: Path) -> bool:
