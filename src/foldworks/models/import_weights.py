@@ -2,13 +2,15 @@
 
     python -m foldworks.models.import_weights SRC OUT [--format deepmind|openfold] [--preset NAME | --config JSON]
     python -m foldworks.models.import_weights --export-openfold CKPT OUT
+    python -m foldworks.models.import_weights --export-deepmind CKPT OUT.npz
 
 Formats are detected from the file name unless ``--format`` is given. ``--preset`` names the
 model sizes to check the weights against strictly, ``--config`` a JSON file with them (DeepMind's
 model config, a reference case's ``config.json`` or a foldworks AF2 config); without either they
 are read from the weights.
-``--count PRESET`` prints a preset's parameter count and exits. ``--export-openfold`` writes the
-AF2 weights of a foldworks checkpoint as an OpenFold state dict.
+``--count PRESET`` prints a preset's parameter count and exits. ``--export-openfold`` and
+``--export-deepmind`` write the AF2 weights of a foldworks checkpoint as an OpenFold state dict or
+as DeepMind parameters.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _read_config(path: str):
 def main(argv: list[str] | None = None) -> int:
     from foldworks.models.af2.config import PRESETS, preset
     from foldworks.models.af2.model import count_parameters
-    from foldworks.models.weights.registry import FORMATS, export_openfold, import_weights
+    from foldworks.models.weights.registry import FORMATS, export_deepmind, export_openfold, import_weights
 
     parser = argparse.ArgumentParser(prog="python -m foldworks.models.import_weights",
                                      description=__doc__.split("\n\n")[0])
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", metavar="PRESET", choices=sorted(PRESETS), help="print a preset's parameter count")
     parser.add_argument("--export-openfold", action="store_true",
                         help="SRC is a foldworks checkpoint; write OUT as an OpenFold state dict")
+    parser.add_argument("--export-deepmind", action="store_true",
+                        help="SRC is a foldworks checkpoint; write OUT as DeepMind parameters (.npz)")
     args = parser.parse_args(argv)
     if args.count:
         print(f"{args.count}: {count_parameters(preset(args.count)):,} parameters")
@@ -57,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.export_openfold:
             n = export_openfold(args.src, args.out)
             print(f"wrote {args.out}: OpenFold state dict, {n} tensors")
+            return 0
+        if args.export_deepmind:
+            n = export_deepmind(args.src, args.out)
+            print(f"wrote {args.out}: DeepMind parameters, {n} arrays")
             return 0
         sizes = args.preset
         if args.config:

@@ -40,8 +40,9 @@ def _same(a: np.ndarray) -> np.ndarray:
     return a
 
 
-# A mapping entry: our key → (DeepMind key, block index on the stacked axis or None, transform).
-Entry = tuple[str, "int | None", Transform]
+# A mapping entry: our key → (DeepMind key, block index on the stacked axis or None, transform,
+# the config field giving the head count of a multi-head array or None).
+Entry = tuple[str, "int | None", Transform, "str | None"]
 
 
 class _Map:
@@ -50,9 +51,11 @@ class _Map:
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
         self.block: int | None = None
+        self.heads: str | None = None
 
     def add(self, ours: str, theirs: str, fn: Transform) -> None:
-        self.entries[ours] = (PREFIX + theirs, self.block, fn)
+        heads = self.heads if fn in (_heads_in, _heads_out, _flat) else None
+        self.entries[ours] = (PREFIX + theirs, self.block, fn, heads)
 
     def linear(self, ours: str, theirs: str, bias: bool = True) -> None:
         self.add(ours + ".weight", theirs + "//weights", _t)
@@ -89,6 +92,7 @@ class _Map:
         self.linear(ours + ".linear_g", theirs + "/gating_linear")
 
     def tri_att(self, ours: str, theirs: str) -> None:
+        self.heads = "template_att_heads" if "template" in ours else "pair_heads"
         self.norm(ours + ".layer_norm", theirs + "/query_norm")
         self.add(ours + ".linear.weight", theirs + "//feat_2d_weights", _t)
         self.attention(ours + ".mha", theirs + "/attention")
@@ -102,6 +106,7 @@ class _Map:
 
     def evoformer_block(self, ours: str, theirs: str, extra: bool) -> None:
         row = theirs + "/msa_row_attention_with_pair_bias"
+        self.heads = "extra_msa_heads" if extra else "msa_heads"
         self.norm(ours + ".msa_att_row.layer_norm_m", row + "/query_norm")
         self.norm(ours + ".msa_att_row.layer_norm_z", row + "/feat_2d_norm")
         self.add(ours + ".msa_att_row.linear_z.weight", row + "//feat_2d_weights", _t)
@@ -123,6 +128,7 @@ class _Map:
             self.attention(ours + ".msa_att_col._msa_att.mha", col + "/attention")
         self.transition(ours + ".msa_transition", theirs + "/msa_transition")
         opm = theirs + "/outer_product_mean"
+        self.heads = "extra_c_hidden_opm" if extra else "c_hidden_opm"
         self.norm(ours + ".outer_product_mean.layer_norm", opm + "/layer_norm_input")
         self.linear(ours + ".outer_product_mean.linear_1", opm + "/left_projection")
         self.linear(ours + ".outer_product_mean.linear_2", opm + "/right_projection")
@@ -149,6 +155,7 @@ def _embedders(m: _Map, templates: bool) -> None:
         m.linear("template_embedder.template_single_embedder.linear_2", e + "/template_projection")
         m.linear("template_embedder.template_pair_embedder.linear", t + "/single_template_embedding/embedding2d")
         m.norm("template_embedder.template_pair_stack.layer_norm", t + "/single_template_embedding/output_layer_norm")
+        m.heads = "template_pointwise_heads"
         m.attention("template_embedder.template_pointwise_att.mha", t + "/attention", gating=False)
 
 
@@ -230,7 +237,7 @@ def convert(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     entries = key_map(**layout_from_params(params))
     used: set[str] = set()
     out: dict[str, torch.Tensor] = {}
-    for ours, (theirs, block, fn) in entries.items():
+    for ours, (theirs, block, fn, _) in entries.items():
         if theirs not in params:
             raise KeyError(f"DeepMind parameters lack {theirs!r} (needed for {ours!r})")
         arr = np.asarray(params[theirs])
@@ -245,4 +252,41 @@ def convert(params: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     unused = sorted(set(params) - used)
     if unused:
         raise KeyError(f"unexpected DeepMind parameter {unused[0]!r} ({len(unused)} unmapped)")
+    return out
+
+
+def _inverse(fn: Transform, a: np.ndarray, heads: int | None) -> np.ndarray:
+    """Undo one array transform (``heads``: the head count of multi-head arrays)."""
+    if fn is _t:
+        return a.T
+    if fn is _same:
+        return a
+    assert heads is not None
+    if fn is _flat:
+        return a.reshape(heads, -1)
+    if fn is _heads_in:
+        return a.T.reshape(a.shape[1], heads, -1)
+    return a.T.reshape(heads, -1, a.shape[0])  # _heads_out
+
+
+def export(state: dict[str, torch.Tensor], cfg) -> dict[str, np.ndarray]:
+    """Our state dict → DeepMind parameters (flat ``scope//name`` keys, stacked blocks), float32.
+
+    ``cfg`` (an ``AF2Config``) supplies the head counts that the flat layouts do not record.
+    :func:`convert` of the result gives ``state`` back bit for bit.
+    """
+    entries = key_map(cfg.num_evoformer_blocks, cfg.num_extra_blocks, cfg.num_template_blocks,
+                      cfg.templates, cfg.ptm)
+    blocks: dict[str, dict[int, np.ndarray]] = {}
+    out: dict[str, np.ndarray] = {}
+    for ours, (theirs, block, fn, heads) in entries.items():
+        if ours not in state:
+            raise KeyError(f"state dict lacks {ours!r}")
+        arr = _inverse(fn, state[ours].detach().cpu().numpy(), getattr(cfg, heads) if heads else None)
+        if block is None:
+            out[theirs] = np.ascontiguousarray(arr, dtype=np.float32)
+        else:
+            blocks.setdefault(theirs, {})[block] = arr
+    for theirs, parts in blocks.items():
+        out[theirs] = np.ascontiguousarray(np.stack([parts[i] for i in range(len(parts))]), dtype=np.float32)
     return out

@@ -172,6 +172,30 @@ def export_openfold(src: str | Path, out: str | Path) -> int:
     return len(state)
 
 
+def export_deepmind(src: str | Path, out: str | Path) -> int:
+    """Write the AF2 weights of a foldworks checkpoint ``src`` as DeepMind parameters ``out``
+    (``.npz``, atomically); returns the number of arrays."""
+    src, out = Path(src), Path(out)
+    ckpt = read_torch(src)
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict) or "model_config" not in ckpt:
+        raise WeightsError(f"{src}: not a foldworks checkpoint (needs 'state_dict' and 'model_config')")
+    state, _ = openfold.unwrap({"state_dict": ckpt["state_dict"]}, src)
+    try:
+        params = deepmind.export(state, AF2Config.from_dict(ckpt["model_config"]))
+    except KeyError as exc:
+        raise WeightsError(f"{src}: {exc.args[0]}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **params)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return len(params)
+
+
 def _atomic_save(obj: Any, out: Path) -> None:
     """``torch.save`` to a temporary file beside ``out``, then rename (nothing left on error)."""
     out.parent.mkdir(parents=True, exist_ok=True)
