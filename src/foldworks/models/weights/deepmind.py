@@ -1,4 +1,4 @@
-"""DeepMind AlphaFold2 parameters (``params_model_*.npz``) → the foldworks AF2 state dict.
+"""DeepMind AlphaFold2 parameters (``params_model_*.npz``) ↔ the foldworks AF2 state dict.
 
 DeepMind stores flat keys ``alphafold/alphafold_iteration/<module path>//<name>`` with Haiku
 layouts; the Evoformer, extra-MSA and template pair stacks are stacked on axis 0. Array transforms:
@@ -10,10 +10,13 @@ projections relative to ``linear_a``/``linear_b``.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from foldworks.models.af2.config import AF2Config
 
 PREFIX = "alphafold/alphafold_iteration/"
 
@@ -269,7 +272,7 @@ def _inverse(fn: Transform, a: np.ndarray, heads: int | None) -> np.ndarray:
     return a.T.reshape(heads, -1, a.shape[0])  # _heads_out
 
 
-def export(state: dict[str, torch.Tensor], cfg) -> dict[str, np.ndarray]:
+def export(state: dict[str, torch.Tensor], cfg: "AF2Config") -> dict[str, np.ndarray]:
     """Our state dict → DeepMind parameters (flat ``scope//name`` keys, stacked blocks), float32.
 
     ``cfg`` (an ``AF2Config``) supplies the head counts that the flat layouts do not record.
