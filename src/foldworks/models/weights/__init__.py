@@ -1,1 +1,7 @@
-"""Readers and writers for released model-weight formats (one module per format)."""
+"""Weight interchange: DeepMind and OpenFold AlphaFold2 weights → foldworks checkpoints, and back
+to either. See :mod:`foldworks.models.weights.registry` for the format registry and
+``python -m foldworks.models.import_weights`` for the command line."""
+
+from foldworks.models.weights.errors import WeightsError
+
+__all__ = ["WeightsError"]
