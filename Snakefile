@@ -45,3 +45,10 @@ rule all:
         ["results/design_summary.tsv"] if DESIGN_EXPERIMENTS else [],
         INFERENCE_TARGETS,
     default_target: True
+
+
+# `snakemake inference`: predict the sequences of inference.fasta (docs/usage.md).
+rule inference:
+    input:
+        INFERENCE_TARGETS,
+    localrule: True

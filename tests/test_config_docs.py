@@ -61,8 +61,9 @@ def test_model_families_are_listed_with_their_defaults():
     from foldworks.families import FAMILY_TASKS
 
     assert set(families) == set(FAMILY_TASKS)
-    assert families["mpnn"] == ({"default": families["mpnn"][0]["default"]}, None)
-    assert families["mpnn"][0]["default"]["hidden"] == 128
+    columns, preset = families["mpnn"]
+    assert preset == "v_48_020" and columns["preset v_48_020"]["hidden"] == 128 and columns["preset v_48_020"]["k_neighbors"] == 48
+    assert families["distogram"] == ({"default": families["distogram"][0]["default"]}, None)
     columns, preset = families["evoformer"]
     assert preset == "cpu_small" and "preset cpu_small" in columns
 

@@ -171,7 +171,8 @@ def family_defaults() -> dict[str, FamilyDefaults]:
         presets = getattr(sys.modules[cls.__module__], "PRESETS", None)
         if "preset" in params and isinstance(presets, dict):
             columns = {f"preset {preset}": dict(values) for preset, values in presets.items()}
-            families[name] = (columns, str(params["preset"].default))
+            default = params["preset"].default or getattr(sys.modules[cls.__module__], "DEFAULT_PRESET", None)
+            families[name] = (columns, None if default is None else str(default))
         else:
             defaults = {key: p.default for key, p in params.items()
                         if key != "self" and p.default is not inspect.Parameter.empty}

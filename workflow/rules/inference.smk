@@ -44,12 +44,6 @@ INF_SETTINGS = json.dumps({
 INFERENCE_TARGETS = inference_targets(INF_ALL, INF_OUT)
 
 
-rule inference:
-    input:
-        INFERENCE_TARGETS,
-    localrule: True
-
-
 rule inference_refused:
     input:
         fasta=INF_CFG.get("fasta") or [],
