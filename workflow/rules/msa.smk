@@ -26,10 +26,16 @@ MSA_IMPORT_INDEX = "data/msa_import/index.tsv"
 MSA_DBS = {db["name"]: db for db in MSA_CFG["databases"]}
 MSA_MAX_ATTEMPTS = int(MSA_CFG["retries"]) + 1
 MSA_SEARCH_PARAMS = json.dumps(search_slice(MSA_CFG), sort_keys=True)
-MSA_SEARCH_CODE = code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
-                            "msa/mmseqs_search", "msa/ffindex", "shards/stages/common",
-                            "shards/stages/msa", *(("msa/importer", "msa/precomputed", "msa/stockholm")
-                                                   if MSA_SOURCES else ()))
+# Two literal calls (a test reads every code-hash call of the rules as literals): with precomputed
+# sources the msa shards also hash the import modules.
+MSA_SEARCH_CODE = (
+    code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
+              "msa/mmseqs_search", "msa/ffindex", "shards/stages/common", "shards/stages/msa",
+              "msa/importer", "msa/precomputed", "msa/stockholm")
+    if MSA_SOURCES else
+    code_hash("msa/search", "msa/postprocess", "msa/a3m", "msa/config", "msa/tools", "msa/fasta",
+              "msa/mmseqs_search", "msa/ffindex", "shards/stages/common", "shards/stages/msa")
+)
 
 
 checkpoint msa_db:
