@@ -39,20 +39,50 @@ def train_subset(targets: list[tuple[str, Path]], size: int) -> list[tuple[str, 
     return sorted(ranked[: max(0, size)])
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def model_batch(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int) -> dict[str, torch.Tensor]:
+    """The whole-chain batch of one feature file for ``model``: AF2's processed features (all
+    recycles, no crop, seed 0) for a family with ``input_pipeline = "af2"``, else the padded batch
+    with the first ``max_msa_rows`` MSA rows."""
+    if getattr(model, "input_pipeline", None) == "af2":
+        from foldworks.features.af2 import chain_from_feature_cache, make_af2_example
+        from foldworks.train.data import collate_af2
+
+        chain = chain_from_feature_cache(feats, name=str(feats.get("target", "chain")))
+        return collate_af2([make_af2_example(chain, model.af2_data_config(False), 0, 0, False)])
+    return collate([make_example(feats, None, max_msa_rows, None)])
+
+
 @torch.no_grad()
-def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int) -> dict[str, np.ndarray]:
-    """Whole-chain prediction → numpy outputs of the first (only) chain: ``ca_coords [L, 3]`` Å,
-    ``plddt [L]`` 0..1 and, where the family has them, ``atom37_coords [L, 37, 3]``,
-    ``atom37_mask [L, 37]``, ``pae_logits [L, L, n_bins]``, ``pae_bin_centers [n_bins]`` (Å)."""
-    batch = collate([make_example(feats, None, max_msa_rows, None)])
-    outputs = model(batch)
+def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int,
+                  precision: str = "fp32") -> dict[str, np.ndarray]:
+    """Whole-chain prediction on the model's device → numpy outputs of the first (only) chain:
+    ``ca_coords [L, 3]`` Å, ``plddt [L]`` 0..1 and, where the family has them, ``atom37_coords
+    [L, 37, 3]``, ``atom37_mask [L, 37]``, ``pae_logits [L, L, n_bins]``, ``pae_bin_centers
+    [n_bins]`` (Å). ``precision``: ``fp32``, or ``bf16`` autocast (the AF2 family keeps its
+    structure module and confidence heads in fp32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"predict precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in model_batch(model, feats, max_msa_rows).items()}
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        outputs = model(batch)
     found = {}
     for key in OUTPUT_KEYS:
         if key in outputs:
-            value = outputs[key].detach()
+            value = outputs[key].detach().cpu()
             value = value if key == "pae_bin_centers" else value[0]
             found[key] = value.numpy() if value.dtype == torch.bool else value.float().numpy()
     return found
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto``: CUDA when present, else CPU; or an explicit torch device name."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
 
 
 def write_prediction(out_path: Path, sequence: str, target: str, outputs: dict[str, np.ndarray]
@@ -79,15 +109,22 @@ def write_prediction(out_path: Path, sequence: str, target: str, outputs: dict[s
 
 
 def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, splits: Sequence[str],
-            train_subset_size: int = 0, max_memory_gb: float = 0.0) -> list[tuple]:
+            train_subset_size: int = 0, max_memory_gb: float = 0.0, precision: str = "fp32",
+            device: str = "auto", chunk_size: int | None = None) -> list[tuple]:
     """Predict the chains of ``splits`` (+ a train subset); returns the ``index.tsv`` rows.
 
     ``max_memory_gb`` > 0: a chain whose estimated activation memory exceeds it is refused
     (:class:`foldworks.predict.memory.ChainTooLarge`, naming the chain and the memory needed)
-    before anything runs.
+    before anything runs. ``precision``: ``fp32`` or ``bf16``; ``device``: ``auto`` (CUDA when
+    present) or a torch device; ``chunk_size``: attention rows per chunk for families that chunk
+    (less memory for long chains, same results).
     """
     model, config = model_from_checkpoint(checkpoint)
-    max_msa_rows = int(config["data"]["max_msa_rows"])
+    if chunk_size is not None and hasattr(model, "set_chunk_size"):
+        model.set_chunk_size(chunk_size)
+        model.chunk_size = chunk_size
+    model.to(resolve_device(device))
+    max_msa_rows = int(config.get("data", {}).get("max_msa_rows", 1))
     table = pd.read_parquet(chains)
     jobs = [(split, target, path, out_dir / f"{target}.cif")
             for split in splits for target, path in select_targets(table, [split], features_dir)]
@@ -103,7 +140,7 @@ def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, s
         feats = load_feature_file(path)
         sequence = str(feats["sequence"])
         try:
-            outputs = predict_chain(model, feats, max_msa_rows)
+            outputs = predict_chain(model, feats, max_msa_rows, precision)
             n_atoms, mean_pae = write_prediction(out_path, sequence, target, outputs)
         except Exception as exc:
             raise RuntimeError(f"{target}: prediction failed: {exc}") from exc

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from foldworks.constants import ATOM_ORDER
-from foldworks.models.openfold import residue_constants as rc
-from foldworks.models.openfold.rigid import (
+from foldworks.models.af2 import residue_constants as rc
+from foldworks.models.af2.rigid import (
     Frames, apply, compose, frame_from_neg_x, invert_apply, rigid_from_3_points, rot_x,
 )
 
