@@ -47,10 +47,17 @@ def model_batch(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_ro
     recycles, no crop, seed 0) for a family with ``input_pipeline = "af2"``, else the padded batch
     with the first ``max_msa_rows`` MSA rows."""
     if getattr(model, "input_pipeline", None) == "af2":
-        from foldworks.features.af2 import chain_from_feature_cache, make_af2_example
+        from foldworks.features.af2 import Af2Chain, chain_from_feature_cache, make_af2_example
         from foldworks.train.data import collate_af2
 
-        chain = chain_from_feature_cache(feats, name=str(feats.get("target", "chain")))
+        if "atom_positions" in feats:
+            chain = chain_from_feature_cache(feats, name=str(feats.get("target", "chain")))
+        else:  # a sequence without a structure (prediction from FASTA)
+            chain = Af2Chain(name=str(feats.get("target", "chain")), aatype=np.asarray(feats["aatype"], np.int64),
+                             msa=np.asarray(feats["msa"], np.int64),
+                             deletion_matrix=np.asarray(feats["deletion_matrix"], np.float32),
+                             residue_index=np.arange(len(feats["aatype"])),
+                             between_segment_residues=np.zeros(len(feats["aatype"]), np.int64))
         return collate_af2([make_af2_example(chain, model.af2_data_config(False), 0, 0, False)])
     return collate([make_example(feats, None, max_msa_rows, None)])
 

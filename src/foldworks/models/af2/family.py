@@ -30,7 +30,7 @@ from torch import Tensor
 from foldworks.constants import CA_INDEX
 from foldworks.features.af2 import Af2DataConfig
 from foldworks.models.af2 import heads as H
-from foldworks.models.af2.config import config_from_json
+from foldworks.models.af2.config import PRESETS as AF2_PRESETS, config_from_json
 from foldworks.models.af2.loss import LossConfig, LossWeights, alphafold_loss, make_supervision
 from foldworks.models.af2.model import AlphaFold2
 from foldworks.models.common import lddt_ca
@@ -47,21 +47,36 @@ AF2_TRAINING_DATA: dict[str, Any] = {"max_msa_clusters": 128, "max_extra_msa": 1
 CLAMPED_FAPE_PROB = 0.9
 
 
+def _preset_values(name: str) -> dict[str, Any]:
+    values = {**AF2_PRESETS[name].to_dict(), "loss_weights": "initial_training", "chunk_size": None,
+              "data": dict(DATA_DEFAULTS.get(name, AF2_TRAINING_DATA))}
+    if name == "finetuning":
+        values["loss_weights"] = "fine_tuning"
+    return values
+
+
+#: ``model_config`` values of the documented presets (any AF2 preset name is accepted).
+PRESETS: dict[str, dict[str, Any]] = {name: _preset_values(name)
+                                      for name in ("cpu_small", "initial_training", "finetuning", "model_1_ptm")}
+
+
 @register_model("evoformer")
 class EvoformerFamily(AlphaFold2):
     """AF2 monomer as a registered family. ``preset`` names an AF2 preset (see
     :data:`foldworks.models.af2.PRESETS`); any :class:`~foldworks.models.af2.AF2Config` field may be
-    overridden. ``loss_weights``: ``initial_training`` or ``fine_tuning`` (AF2 supp. 1.9 / 1.11).
+    overridden. ``loss_weights``: ``initial_training`` or ``fine_tuning`` (AF2 supp. 1.9 / 1.11;
+    default: ``fine_tuning`` for the ``finetuning`` preset, else ``initial_training``).
     ``chunk_size``: attention rows per chunk (None = unchunked). ``data``: input-pipeline settings
     (:class:`foldworks.features.af2.Af2DataConfig` names, e.g. ``max_msa_clusters``)."""
 
     task = "structure"
     input_pipeline = "af2"
 
-    def __init__(self, preset: str = "cpu_small", loss_weights: str = "initial_training",
+    def __init__(self, preset: str = "cpu_small", loss_weights: str | None = None,
                  chunk_size: int | None = None, data: dict[str, Any] | None = None, **fields: Any) -> None:
         cfg = config_from_json({"preset": preset, **fields})
         super().__init__(cfg)
+        loss_weights = loss_weights or ("fine_tuning" if preset == "finetuning" else "initial_training")
         if loss_weights not in ("initial_training", "fine_tuning"):
             raise ValueError(f"evoformer: loss_weights {loss_weights!r}; choose initial_training or fine_tuning")
         self.loss_config = LossConfig(weights=getattr(LossWeights, loss_weights)(ptm=cfg.ptm))
@@ -146,4 +161,4 @@ class EvoformerFamily(AlphaFold2):
         return {"lddt_ca": score}
 
 
-__all__ = ["EvoformerFamily", "DATA_DEFAULTS"]
+__all__ = ["EvoformerFamily", "DATA_DEFAULTS", "PRESETS"]
