@@ -2,7 +2,8 @@
 
 Outputs: ``{out_dir}/{target}.cif`` for every chain of the requested splits,
 ``{out_dir}/train/{target}.cif`` for a deterministic subset of train chains and
-``{out_dir}/index.tsv`` (``target, split, length, mean_plddt, n_atoms, mean_pae``). A family
+``{out_dir}/index.tsv`` (``target, split, length, mean_plddt, n_atoms, mean_pae, ptm``; the
+last two empty without a PAE head). A family
 whose outputs have ``atom37_coords`` gets all-atom mmCIF, one with ``pae_logits`` also
 ``{target}_pae.json`` beside it (AlphaFold DB layout); Cα-only families get Cα traces
 (:mod:`foldworks.predict.writer`). Before each chain runs, its memory estimate is checked
@@ -22,13 +23,14 @@ import pandas as pd
 import torch
 
 from foldworks.fsutil import write_tsv_atomic
+from foldworks.inference.confidence import predicted_tm_score
 from foldworks.predict.memory import check_memory
 from foldworks.predict.writer import expected_pae, write_atom37_mmcif, write_ca_mmcif, write_pae_json
 from foldworks.train.checkpoint import model_from_checkpoint
 from foldworks.train.data import collate, load_feature_file, make_example, select_rows, select_targets
 
 log = logging.getLogger(__name__)
-INDEX_HEADER = ("target", "split", "length", "mean_plddt", "n_atoms", "mean_pae")
+INDEX_HEADER = ("target", "split", "length", "mean_plddt", "n_atoms", "mean_pae", "ptm")
 #: Output keys copied to numpy (first batch element) by :func:`predict_chain`.
 OUTPUT_KEYS = ("ca_coords", "plddt", "atom37_coords", "atom37_mask", "pae_logits", "pae_bin_centers")
 
@@ -152,8 +154,10 @@ def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, s
         except Exception as exc:
             raise RuntimeError(f"{target}: prediction failed: {exc}") from exc
         mean_plddt = round(float(outputs["plddt"].mean() * 100.0), 3)
+        ptm = ("" if "pae_logits" not in outputs
+               else round(predicted_tm_score(outputs["pae_logits"], outputs["pae_bin_centers"]), 4))
         rows.append((target, split, len(sequence), mean_plddt, n_atoms,
-                     "" if math.isnan(mean_pae) else round(mean_pae, 3)))
+                     "" if math.isnan(mean_pae) else round(mean_pae, 3), ptm))
         log.info("%s (%s): %d residues, %d atoms, mean pLDDT %.1f", target, split, len(sequence), n_atoms, mean_plddt)
     write_tsv_atomic(out_dir / "index.tsv", INDEX_HEADER, rows)
     return rows
