@@ -33,7 +33,7 @@ from foldworks.models.af2 import heads as H
 from foldworks.models.af2.config import PRESETS as AF2_PRESETS, config_from_json
 from foldworks.models.af2.loss import LossConfig, LossWeights, alphafold_loss, make_supervision
 from foldworks.models.af2.model import AlphaFold2
-from foldworks.models.common import lddt_ca
+from foldworks.models.common import consecutive_ca_error, lddt_ca, smooth_lddt_loss
 from foldworks.models.registry import register_model
 
 #: Batch keys without a recycle dimension (``[B]``).
@@ -49,6 +49,7 @@ CLAMPED_FAPE_PROB = 0.9
 
 def _preset_values(name: str) -> dict[str, Any]:
     values = {**AF2_PRESETS[name].to_dict(), "loss_weights": "initial_training", "chunk_size": None,
+              "w_ca_lddt": 0.0, "w_ca_bond": 0.0,
               "data": dict(DATA_DEFAULTS.get(name, AF2_TRAINING_DATA))}
     if name == "finetuning":
         values["loss_weights"] = "fine_tuning"
@@ -67,24 +68,30 @@ class EvoformerFamily(AlphaFold2):
     overridden. ``loss_weights``: ``initial_training`` or ``fine_tuning`` (AF2 supp. 1.9 / 1.11;
     default: ``fine_tuning`` for the ``finetuning`` preset, else ``initial_training``).
     ``chunk_size``: attention rows per chunk (None = unchunked). ``data``: input-pipeline settings
-    (:class:`foldworks.features.af2.Af2DataConfig` names, e.g. ``max_msa_clusters``)."""
+    (:class:`foldworks.features.af2.Af2DataConfig` names, e.g. ``max_msa_clusters``).
+    ``w_ca_lddt`` / ``w_ca_bond``: optional Cα terms not in AF2 (0 = off = AF2): AF3's smooth
+    lDDT-Cα (AF3 supp. 4.3.2) and the error of consecutive Cα–Cα distances (Å / 10), both on the
+    final structure and added to the scaled AF2 loss."""
 
     task = "structure"
     input_pipeline = "af2"
 
     def __init__(self, preset: str = "cpu_small", loss_weights: str | None = None,
-                 chunk_size: int | None = None, data: dict[str, Any] | None = None, **fields: Any) -> None:
+                 chunk_size: int | None = None, data: dict[str, Any] | None = None, w_ca_lddt: float = 0.0,
+                 w_ca_bond: float = 0.0, **fields: Any) -> None:
         cfg = config_from_json({"preset": preset, **fields})
         super().__init__(cfg)
         loss_weights = loss_weights or ("fine_tuning" if preset == "finetuning" else "initial_training")
         if loss_weights not in ("initial_training", "fine_tuning"):
             raise ValueError(f"evoformer: loss_weights {loss_weights!r}; choose initial_training or fine_tuning")
-        self.loss_config = LossConfig(weights=getattr(LossWeights, loss_weights)(ptm=cfg.ptm))
+        self.loss_config = LossConfig(weights=getattr(LossWeights, loss_weights)(ptm=cfg.ptm),
+                                      report_zero_weighted=False)
         data_values = {**DATA_DEFAULTS.get(preset, AF2_TRAINING_DATA), **(data or {})}
         self.data_config = Af2DataConfig.from_mapping(
             {**data_values, "num_recycle": cfg.num_recycle, "use_templates": cfg.templates})
         self.chunk_size = chunk_size
         self.set_chunk_size(chunk_size)
+        self.ca_weights = {"ca_lddt": float(w_ca_lddt), "ca_bond": float(w_ca_bond)}
 
     def af2_data_config(self, train: bool, crop_size: int | None = None,
                         spatial_crop_prob: float = 0.0) -> Af2DataConfig:
@@ -149,7 +156,17 @@ class EvoformerFamily(AlphaFold2):
 
     def loss(self, batch: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         """AF2's total loss (:func:`~foldworks.models.af2.loss.alphafold_loss`, fp32)."""
-        loss, terms = alphafold_loss(outputs, self.loss_batch(batch, outputs), self.loss_config)
+        lb = self.loss_batch(batch, outputs)
+        loss, terms = alphafold_loss(outputs, lb, self.loss_config)
+        if any(self.ca_weights.values()):
+            with torch.autocast(device_type=loss.device.type, enabled=False):
+                pred = outputs["ca_coords"].float()
+                true, mask = lb["all_atom_positions"][..., CA_INDEX, :], lb["all_atom_mask"][..., CA_INDEX] > 0
+                extra = {"ca_lddt": smooth_lddt_loss(pred, true, mask),
+                         "ca_bond": consecutive_ca_error(pred, true, mask, lb["residue_index"].long()) / 10.0}
+            for name, value in extra.items():
+                terms[name] = value.detach()
+                loss = loss + self.ca_weights[name] * value
         return loss, {k: float(v) for k, v in terms.items()}
 
     def validation_metrics(self, batch: dict[str, Tensor], outputs: dict[str, Tensor]) -> dict[str, Tensor]:
