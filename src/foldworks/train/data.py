@@ -297,8 +297,8 @@ class Af2ChainDataset(ChainDataset):
     """Chains as AlphaFold2 feature batches (:func:`foldworks.features.af2.make_af2_example`), keyed
     like :class:`ChainDataset`. Training items: crop (``cfg.crop_size``), block deletion and MSA draws
     from ``(seed, epoch, slot)``; validation items: whole chains, draws from ``(seed, 0, index)``.
-    Every array is ``[R, ...]`` (recycles first) except ``resolution`` (Å; NaN when unknown or not
-    given in ``resolutions``, a target → Å mapping)."""
+    Every array is ``[R, ...]`` (recycles first) except ``resolution`` (Å from ``resolutions``, a
+    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window)."""
 
     def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool,
                  resolutions: dict[str, float] | None = None) -> None:
@@ -316,7 +316,8 @@ class Af2ChainDataset(ChainDataset):
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
         sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
         example = make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
-        example["resolution"] = np.asarray(self.resolutions.get(target, np.nan), np.float32)
+        resolution = self.resolutions.get(target, 0.0)
+        example["resolution"] = np.asarray(0.0 if not np.isfinite(resolution) else resolution, np.float32)
         return example
 
 
