@@ -1,4 +1,4 @@
-"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--design JSON]``.
+"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--precision fp32|bf16] [--device auto|cpu|cuda] [--chunk-size N] [--design JSON]``.
 
 The checkpoint's family decides the output: a structure family writes mmCIF
 (:mod:`foldworks.predict.run`), a design family FASTA (:mod:`foldworks.predict.design`, sampled
