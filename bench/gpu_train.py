@@ -13,12 +13,9 @@ Not run on the 2-core development VM (no GPU); ``--device cpu --crops 32 --steps
 - model step: forward + loss + backward + AdamW under ``torch.autocast(bfloat16)`` on synthetic
   batches (random sequence/MSA, a random-walk Cα trace with 3.8 Å steps), ms per step after
   warm-up, chains/s and residues/s, peak GPU memory;
-- the ``evoformer`` family also gets model FLOPs per step (``bench/evoformer_flops.py``: matmul
-  FLOPs of the input embedder, Evoformer, structure module and heads counted analytically; 3x a
-  forward for forward + backward plus one forward per no-grad recycling iteration, counted from
-  the iterations each timed step actually ran) and MFU = model FLOP/s / the GPU's dense bf16 peak
-  (H200/H100 989 TFLOP/s); ``--openfold-crops`` adds the ``openfold_initial`` preset (48 blocks,
-  batch ``--openfold-batch``, activation checkpointing) at OpenFold's crop sizes;
+- the ``evoformer`` family (AlphaFold2) gets its batches from AF2's input pipeline (the synthetic
+  chain as the crop, training draws); ``--openfold-crops`` adds the ``initial_training`` preset
+  (48 blocks, batch ``--openfold-batch``, activation checkpointing) at OpenFold's crop sizes;
 - with ``--trainer-steps N`` and the demo feature cache (``data/``): the whole trainer
   (``foldworks.train.run.fit``: loader workers, EMA, non-finite guard, validation, checkpoints)
   for N steps with ``accelerator=gpu, precision=bf16-mixed``, wall seconds per step.
@@ -29,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import tempfile
 import time
@@ -39,7 +35,6 @@ from typing import Any
 import torch
 import yaml
 
-from evoformer_flops import bf16_peak, forward_flops, sizes_from_config
 from foldworks.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,6 +66,26 @@ def synthetic_batch(batch: int, length: int, rows: int, device: str) -> dict[str
     return {k: v.to(device) for k, v in out.items()}
 
 
+def af2_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    """The synthetic chains through AF2's input pipeline (training draws, whole chain as the crop)."""
+    from foldworks.features.af2 import Af2Chain, make_af2_example
+    from foldworks.train.data import collate_af2
+
+    b, length = batch["aatype"].shape
+    cfg = model.af2_data_config(True, length)
+    examples = []
+    for i in range(b):
+        chain = Af2Chain(name=f"synthetic{i}", aatype=batch["aatype"][i].cpu().numpy(),
+                         msa=batch["msa"][i].cpu().numpy(), deletion_matrix=batch["deletion_matrix"][i].cpu().numpy(),
+                         residue_index=batch["residue_index"][i].cpu().numpy(),
+                         between_segment_residues=torch.zeros(length, dtype=torch.long).numpy(),
+                         all_atom_positions=batch["all_atom_positions"][i].cpu().numpy(),
+                         all_atom_mask=batch["all_atom_mask"][i].float().cpu().numpy(),
+                         residue_mask=batch["residue_mask"][i].cpu().numpy())
+        examples.append(make_af2_example(chain, cfg, 0, i, True))
+    return {k: v.to(device) for k, v in collate_af2(examples).items()}
+
+
 def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.Tensor], steps: int,
                device: str) -> dict[str, float]:
     """ms per optimiser step, chains/s, residues/s and peak memory (GiB) of one family on one batch shape."""
@@ -80,9 +95,8 @@ def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.T
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
 
     b, length = batch["aatype"].shape
-    rows = batch["msa"].shape[1]
-    cfg = getattr(model, "cfg", None) if name == "evoformer" else None
-    flops = [0.0]
+    if getattr(model, "input_pipeline", None) == "af2":
+        batch = af2_batch(model, batch, device)
 
     def step() -> None:
         with autocast:
@@ -92,17 +106,12 @@ def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.T
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if cfg is not None:  # no-grad recycling iterations: 1 forward each; the last: 3 (fwd + bwd)
-            sizes = sizes_from_config(cfg)
-            flops[0] += b * forward_flops(sizes, length, min(rows, sizes.max_msa_clusters)) * (
-                model.last_n_recycles + 3)
 
     for _ in range(3):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    flops[0] = 0.0
     start = time.perf_counter()
     for _ in range(steps):
         step()
@@ -110,14 +119,7 @@ def time_model(name: str, model_config: dict[str, Any], batch: dict[str, torch.T
         torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / steps
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else float("nan")
-    result = {"ms": 1000 * seconds, "chains_s": b / seconds, "residues_s": b * length / seconds, "peak_gib": peak,
-              "tflop_step": math.nan, "mfu": math.nan}
-    if cfg is not None:
-        result["tflop_step"] = flops[0] / steps / 1e12
-        peak_flops = bf16_peak(torch.cuda.get_device_name(0)) if device == "cuda" else None
-        if peak_flops:
-            result["mfu"] = flops[0] / steps / seconds / peak_flops
-    return result
+    return {"ms": 1000 * seconds, "chains_s": b / seconds, "residues_s": b * length / seconds, "peak_gib": peak}
 
 
 def time_trainer(experiments: dict[str, Any], steps: int, threads: int, device: str) -> dict[str, float]:
@@ -149,7 +151,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--families", nargs="*", help="experiments of config.yaml to time (default: all)")
     parser.add_argument("--openfold-crops", type=int, nargs="*", default=[128, 256],
-                        help="crops for the openfold_initial preset rows (none: skip them)")
+                        help="crops for the evoformer initial_training preset rows (none: skip them)")
     parser.add_argument("--openfold-batch", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench/gpu_train.md")
     args = parser.parse_args()
@@ -163,21 +165,18 @@ def main() -> None:
              f"Device {gpu}, torch {torch.__version__}, batch {args.batch}, {args.rows} MSA rows, "
              f"{args.steps} timed steps after 3 warm-up steps, "
              f"{'bf16 autocast' if args.device == 'cuda' else 'fp32 (CPU smoke test)'}.", "",
-             "| family | crop | batch | ms per step | chains/s | residues/s | peak GiB | model TFLOP/step | MFU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| family | crop | batch | ms per step | chains/s | residues/s | peak GiB |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     cases = [(name, params["model"], params.get("model_config") or {}, crop, args.batch)
              for name, params in experiments.items() if not args.families or name in args.families
              for crop in args.crops]
-    cases += [("evoformer openfold_initial", "evoformer",
-               {"preset": "openfold_initial", "activation_checkpointing": True}, crop, args.openfold_batch)
+    cases += [("evoformer initial_training", "evoformer", {"preset": "initial_training"}, crop, args.openfold_batch)
               for crop in args.openfold_crops]
     for name, family, model_config, crop, batch_size in cases:
         batch = synthetic_batch(batch_size, crop, args.rows, args.device)
         r = time_model(family, model_config, batch, args.steps, args.device)
-        tflop = "" if math.isnan(r["tflop_step"]) else f"{r['tflop_step']:.3f}"
-        mfu = "" if math.isnan(r["mfu"]) else f"{100 * r['mfu']:.1f} %"
         lines.append(f"| {name} | {crop} | {batch_size} | {r['ms']:.1f} | {r['chains_s']:.1f} | {r['residues_s']:.0f} "
-                     f"| {r['peak_gib']:.2f} | {tflop} | {mfu} |")
+                     f"| {r['peak_gib']:.2f} |")
         print(lines[-1], flush=True)
     if args.trainer_steps > 0:
         lines += ["", f"Whole trainer on the demo cache, {args.trainer_steps} steps, "

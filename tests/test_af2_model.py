@@ -13,7 +13,7 @@ from conftest import _shared_path
 from foldworks.models.af2.config import AF2Config, from_reference_config, preset
 from foldworks.models.af2.geometry import template_angle_features, template_pair_features, torsion_angles
 from foldworks.models.af2.model import AlphaFold2, count_parameters
-from foldworks.models.openfold.rigid import random_rotation
+from foldworks.models.af2.rigid import random_rotation
 
 torch.set_num_threads(1)
 
@@ -185,7 +185,7 @@ def test_unknown_residues_have_no_atoms_and_train_step_is_finite() -> None:
 
 def test_torsions_of_an_ideal_chain() -> None:
     """φ/ψ/ω of a chain built with known torsions come back exactly; masked χ are (0, 0)."""
-    from foldworks.models.openfold.all_atom import frames_to_atom14, torsion_angles_to_frames, atom14_to_atom37
+    from foldworks.models.af2.all_atom import frames_to_atom14, torsion_angles_to_frames, atom14_to_atom37
     n = 6
     angles = torch.tensor([0.3, -1.1, 2.0, 0.7, -0.4, 1.2, 0.1])
     sin_cos = torch.stack([angles.sin(), angles.cos()], -1).expand(1, n, 7, 2)

@@ -193,8 +193,8 @@ def evoformer_checkpoint(features: Path, tmp_path_factory: pytest.TempPathFactor
 
     out = tmp_path_factory.mktemp("evo") / "ckpt"
     params = {"model": "evoformer",
-              "model_config": {"preset": "cpu_small", "n_blocks": 1, "c_m": 8, "c_z": 8, "c_s": 16,
-                               "n_struct_layers": 2, "use_pae_head": True},
+              "model_config": {"preset": "cpu_small", "templates": False, "num_recycle": 0,
+                               "num_evoformer_blocks": 1, "data": {"max_msa_clusters": 8, "max_extra_msa": 8}},
               "data": {"crop_size": 24, "batch_size": 2, "max_msa_rows": 4},
               "trainer": {"max_steps": 2, "val_every_n_steps": 2, "warmup_steps": 1}}
     assert train_main(["--experiment", "evo", "--params", json.dumps(params), "--chains",

@@ -87,6 +87,17 @@ def test_filters_mark_reasons_log_removals_and_keep_rows(frame, caplog) -> None:
         assert any(m.startswith(f"filter {name} removed") for m in logged)
 
 
+def test_backbone_filter_drops_ca_only_chains_and_passes_other_polymers(frame) -> None:
+    protein = frame[frame["molecule_type"] == "protein"]
+    assert (protein["backbone_fraction"] > 0.7).all()  # full-atom entries; unmodelled residues count against
+    assert (protein["backbone_fraction"] <= protein["resolved_fraction"]).all()
+    assert frame.loc[frame["molecule_type"] == "dna", "backbone_fraction"].isna().all()
+    ca_only = frame.assign(backbone_fraction=frame["backbone_fraction"].where(frame["entry"] != "1ubq", 0.0))
+    out = apply_filters(ca_only, {"min_backbone_fraction": 0.5})
+    reasons = dict(zip(out["entry"] + "_" + out["chain"], out["filter_reason"]))
+    assert reasons["1ubq_A"] == "min_backbone_fraction" and reasons["1bna_A"] == "" and reasons["1crn_A"] == ""
+
+
 def test_filter_removing_everything_is_an_error(frame) -> None:
     with pytest.raises(EmptyDatasetError, match="length_min"):
         apply_filters(frame, {"length_min": 10_000})

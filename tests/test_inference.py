@@ -33,8 +33,8 @@ def trained(pdb_mirror: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
     cache = tmp_path_factory.mktemp("inference_cache")
     build_feature_cache(pdb_mirror, cache, ENTRIES)
     params = {"model": "evoformer",
-              "model_config": {"preset": "cpu_small", "n_blocks": 1, "c_m": 8, "c_z": 8, "c_s": 16,
-                               "n_struct_layers": 2, "use_pae_head": True, "max_recycles": 0},
+              "model_config": {"preset": "cpu_small", "templates": False, "num_recycle": 0,
+                               "num_evoformer_blocks": 1, "data": {"max_msa_clusters": 8, "max_extra_msa": 8}},
               "data": {"crop_size": 24, "batch_size": 2, "max_msa_rows": 4},
               "trainer": {"max_steps": 2, "val_every_n_steps": 2, "warmup_steps": 1}}
     assert train_main(["--experiment", "evo", "--params", json.dumps(params), "--chains",

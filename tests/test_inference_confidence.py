@@ -36,9 +36,12 @@ def test_confidences_match_alphafold(af2_outputs: dict[str, np.ndarray]) -> None
     logits = out["predicted_aligned_error/logits"]
     centers = bin_centers_from_breaks(out["predicted_aligned_error/breaks"])
     assert centers.shape == (logits.shape[-1],)
-    from foldworks.models.openfold.heads import pae_bin_centers  # the bins our evoformer's pTM uses
+    import torch
 
-    np.testing.assert_allclose(pae_bin_centers().numpy(), centers, atol=1e-5)
+    from foldworks.models.af2 import heads as H  # the bins the evoformer family's PAE head uses
+
+    ours = H.aligned_error_bin_centers(H.pae_breaks(31.0, logits.shape[-1], torch.zeros(())))
+    np.testing.assert_allclose(ours.numpy(), centers, atol=1e-5)
     assert centers[-1] == pytest.approx(float(np.ravel(out["confidence/max_predicted_aligned_error"])[0]))
     assert predicted_tm_score(logits, centers) == pytest.approx(float(np.ravel(out["confidence/ptm"])[0]), abs=1e-6)
     np.testing.assert_allclose(expected_pae(logits, centers), out["confidence/predicted_aligned_error"], atol=1e-4)

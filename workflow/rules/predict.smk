@@ -14,6 +14,8 @@ rule predict:
         splits=",".join(config["predict"]["splits"]),
         train_subset=config["predict"]["train_subset"],
         max_memory_gb=config["predict"].get("max_memory_gb", 0),
+        precision=config["predict"].get("precision", "fp32"),
+        chunk=(f" --chunk-size {config['predict']['chunk_size']}" if config["predict"].get("chunk_size") else ""),
         code=code_hash("predict", "models", "train"),
         design=lambda wildcards: design_params(config, EXPERIMENT_TASKS, wildcards.experiment),
     threads: 2
@@ -27,4 +29,5 @@ rule predict:
         "python -m foldworks.predict --checkpoint {input.checkpoint} --chains {input.table}"
         " --features-dir data/features --out-dir {output} --splits {params.splits}"
         " --train-subset {params.train_subset} --max-memory-gb {params.max_memory_gb}"
+        " --precision {params.precision}{params.chunk}"
         " --threads {threads} --design {params.design:q} 2> {log}"

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 TABLE_COLUMNS: tuple[str, ...] = (
     "entry", "chain", "label_asym_id", "entity_id", "molecule_type", "sequence", "sequence_hash", "length",
-    "n_resolved", "resolved_fraction", "method", "resolution", "release_date", "deposition_date", "n_models",
+    "n_resolved", "resolved_fraction", "backbone_fraction", "method", "resolution", "release_date", "deposition_date", "n_models",
     "ligands", "ions",
 )
 DATE_COLUMNS: tuple[str, ...] = ("release_date", "deposition_date")
@@ -63,6 +63,8 @@ def _chain_row(entry: str, record: dict[str, Any], chain: dict[str, Any]) -> dic
         "length": int(chain.get("length", len(sequence))),
         "n_resolved": int(chain.get("n_resolved", 0)),
         "resolved_fraction": float(chain.get("resolved_fraction", 0.0)),
+        "backbone_fraction": (round(int(chain["n_backbone"]) / len(sequence), 4)
+                              if "n_backbone" in chain and sequence else None),
         "method": str(record.get("method") or ""),
         "resolution": record.get("resolution"),
         "release_date": record.get("release_date"),
@@ -82,9 +84,11 @@ def _ligand_names(record: dict[str, Any], ion: bool) -> str:
 
 
 def rows_to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Chain rows → DataFrame with fixed column order and dtypes (``resolution`` float, NaN if none)."""
+    """Chain rows → DataFrame with fixed column order and dtypes (``resolution``, ``backbone_fraction``
+    float, NaN if none)."""
     frame = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
-    frame["resolution"] = pd.to_numeric(frame["resolution"], errors="coerce").astype("float64")
+    for column in ("resolution", "backbone_fraction"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     for column in DATE_COLUMNS:
         frame[column] = frame[column].astype("string")
     return frame.sort_values(["entry", "chain"], kind="stable").reset_index(drop=True)
@@ -123,6 +127,10 @@ def filter_masks(frame: pd.DataFrame, filters: dict[str, Any]) -> list[tuple[str
         masks.append(("length_max", frame["length"] <= int(filters["length_max"])))
     if filters.get("min_resolved_fraction") is not None:
         masks.append(("min_resolved_fraction", frame["resolved_fraction"] >= float(filters["min_resolved_fraction"])))
+    if filters.get("min_backbone_fraction") is not None and "backbone_fraction" in frame:
+        # Non-protein chains and chains parsed without backbone counts (NaN) pass.
+        frac = frame["backbone_fraction"]
+        masks.append(("min_backbone_fraction", frac.isna() | (frac >= float(filters["min_backbone_fraction"]))))
     if filters.get("max_single_residue_fraction") is not None:
         frac = frame["sequence"].apply(_max_residue_fraction)
         masks.append(("max_single_residue_fraction", frac <= float(filters["max_single_residue_fraction"])))

@@ -60,7 +60,9 @@ def _predict(args: argparse.Namespace) -> int:
         return 1
     a3m = Path(args.a3m) if args.a3m else None
     a3m_text = a3m.read_text(encoding="utf-8", errors="replace") if a3m and a3m.exists() else None
-    record = predict_record(model, int(config["data"]["max_msa_rows"]), args.name, sequence, a3m_text,
+    # an imported checkpoint has no data section; the evoformer family sizes its MSA input itself
+    model_rows = int(config.get("data", {}).get("max_msa_rows", 1))
+    record = predict_record(model, model_rows, args.name, sequence, a3m_text,
                             args.out_dir, settings)
     record["checkpoint"] = str(args.checkpoint)
     fsutil.write_json_atomic(args.record, record)

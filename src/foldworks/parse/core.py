@@ -108,13 +108,17 @@ def read_block(path: Path) -> gemmi.cif.Block:
 
 
 def _chain_record(chain: str, subchain: str, entity: gemmi.Entity, sequence: str, mol_type: str,
-                  resolved: np.ndarray) -> dict[str, Any]:
+                  resolved: np.ndarray, backbone: np.ndarray | None = None) -> dict[str, Any]:
+    """``backbone [L]``: residues with N, CA and C resolved (proteins); ``n_backbone`` is absent otherwise."""
     n_resolved = int(resolved.sum())
-    return {
+    record = {
         "chain": chain, "label_asym_id": subchain, "entity_id": entity.name,
         "molecule_type": mol_type, "sequence": sequence, "length": len(sequence),
         "n_resolved": n_resolved, "resolved_fraction": round(n_resolved / len(sequence), 4) if sequence else 0.0,
     }
+    if backbone is not None:
+        record["n_backbone"] = int(backbone.sum())
+    return record
 
 
 def _polymer_subchains(table: atoms.ModelTable) -> dict[tuple[str, str], list[int]]:
@@ -137,13 +141,15 @@ def _polymer_chain(table: atoms.ModelTable, rids: list[int], entity: gemmi.Entit
     mol_type = residues.molecule_type(entity.polymer_type)
     sequence = residues.sequence_letters(mons, mol_type, can.get(entity.name))
     placed = atoms.place_residues(table, rids, mons)
-    arrays = None
+    arrays, backbone = None, None
     if mol_type == residues.PROTEIN:
         arrays = atoms.protein_arrays(table, placed, sequence, keep, slots)
         resolved = arrays["residue_mask"]
+        backbone = arrays["atom_mask"][:, :3].all(-1)  # atom37 order starts N, CA, C
     else:
         resolved = atoms.resolved_by_atom(table, placed, b"C1'" if mol_type in (residues.DNA, residues.RNA) else None)
-    record = _chain_record(table.chain[rids[0]], table.subchain[rids[0]], entity, sequence, mol_type, resolved)
+    record = _chain_record(table.chain[rids[0]], table.subchain[rids[0]], entity, sequence, mol_type, resolved,
+                           backbone)
     return record, arrays
 
 

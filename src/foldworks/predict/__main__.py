@@ -1,4 +1,4 @@
-"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--design JSON]``.
+"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--precision fp32|bf16] [--device auto|cpu|cuda] [--chunk-size N] [--design JSON]``.
 
 The checkpoint's family decides the output: a structure family writes mmCIF
 (:mod:`foldworks.predict.run`), a design family FASTA (:mod:`foldworks.predict.design`, sampled
@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-memory-gb", type=float, default=0.0,
                         help="refuse a chain whose estimated activation memory exceeds this (0: no limit)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="inference precision")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="attention rows per chunk (less memory for long chains; same results)")
     parser.add_argument("--design", default="{}", help="design-family sampling settings as JSON (predict.design)")
     args = parser.parse_args(argv)
     setup_logging("predict")
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return _design(args, splits)
     try:
         rows = predict(args.checkpoint, args.chains, args.features_dir, args.out_dir, splits, args.train_subset,
-                       args.max_memory_gb)
+                       args.max_memory_gb, args.precision, args.device, args.chunk_size)
     except ChainTooLarge as exc:
         logging.error("%s", exc)
         return 1

@@ -40,8 +40,8 @@ def load_feature_file(path: Path) -> dict[str, np.ndarray]:
 def select_rows(chains: pd.DataFrame, splits: Sequence[str], features_dir: Path) -> pd.DataFrame:
     """Rows of ``splits`` that passed filters and have a feature file, sorted by target.
 
-    Columns ``target, path, length`` (residues) and ``weight`` (``sample_weight``, 1.0 when the
-    table has none). Rows without a feature file are skipped with a warning naming them.
+    Columns ``target, path, length`` (residues), ``weight`` (``sample_weight``, 1.0 when the
+    table has none) and ``resolution`` (Å, NaN when unknown). Rows without a feature file are skipped with a warning naming them.
     """
     rows = chains[chains["split"].isin(list(splits))]
     if "passed_filters" in rows:
@@ -49,8 +49,11 @@ def select_rows(chains: pd.DataFrame, splits: Sequence[str], features_dir: Path)
     targets = [target_id(str(e), str(c)) for e, c in zip(rows["entry"], rows["chain"])]
     lengths = rows["length"] if "length" in rows else rows["sequence"].str.len()
     weights = rows["sample_weight"] if "sample_weight" in rows else pd.Series(1.0, index=rows.index)
+    resolution = (pd.to_numeric(rows["resolution"], errors="coerce") if "resolution" in rows
+                  else pd.Series(np.nan, index=rows.index))
     table = pd.DataFrame({"target": targets, "path": [features_dir / f"{t}.npz" for t in targets],
-                          "length": lengths.astype(int).to_numpy(), "weight": weights.astype(float).to_numpy()})
+                          "length": lengths.astype(int).to_numpy(), "weight": weights.astype(float).to_numpy(),
+                          "resolution": resolution.astype(float).to_numpy()})
     present = np.array([p.exists() for p in table["path"]], dtype=bool)
     if (~present).any():
         missing = table.loc[~present, "target"].tolist()
@@ -294,12 +297,15 @@ class Af2ChainDataset(ChainDataset):
     """Chains as AlphaFold2 feature batches (:func:`foldworks.features.af2.make_af2_example`), keyed
     like :class:`ChainDataset`. Training items: crop (``cfg.crop_size``), block deletion and MSA draws
     from ``(seed, epoch, slot)``; validation items: whole chains, draws from ``(seed, 0, index)``.
-    Every array is ``[R, ...]`` (recycles first)."""
+    Every array is ``[R, ...]`` (recycles first) except ``resolution`` (Å from ``resolutions``, a
+    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window)."""
 
-    def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool) -> None:
+    def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool,
+                 resolutions: dict[str, float] | None = None) -> None:
         super().__init__(targets, af2_config.crop_size, af2_config.num_clusters + af2_config.max_extra_msa, seed, train,
                          af2_config.spatial_crop_prob)
         self.af2_config = af2_config
+        self.resolutions = resolutions or {}
 
     def __getitem__(self, key: tuple[int, ...]) -> dict[str, np.ndarray]:
         epoch, slot, index = key if len(key) == 3 else (key[0], key[1], key[1])
@@ -309,7 +315,10 @@ class Af2ChainDataset(ChainDataset):
         except Exception as exc:  # name the target in the error
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
         sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
-        return make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
+        example = make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
+        resolution = self.resolutions.get(target, 0.0)
+        example["resolution"] = np.asarray(0.0 if not np.isfinite(resolution) else resolution, np.float32)
+        return example
 
 
 def collate_af2(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
@@ -344,7 +353,9 @@ class Af2FeatureDataModule(FeatureDataModule):
     def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
         cfg = dataclasses.replace(self.af2_config, crop_size=dataset.crop_size if dataset.train else None,
                       spatial_crop_prob=dataset.spatial_crop_prob)
-        af2 = Af2ChainDataset(dataset.targets, cfg, dataset.seed, dataset.train)
+        rows = pd.concat([self.train_rows, self.val_rows])
+        af2 = Af2ChainDataset(dataset.targets, cfg, dataset.seed, dataset.train,
+                              dict(zip(rows["target"], rows["resolution"])))
         return DataLoader(af2, batch_sampler=batch_sampler, collate_fn=collate_af2, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
                           generator=torch.Generator().manual_seed(self.seed),

@@ -49,11 +49,15 @@ def experiment_tasks(experiments: dict[str, dict[str, Any]]) -> dict[str, str]:
     return tasks
 
 
+#: File endings ``init_from`` accepts as a path (foldworks checkpoint, DeepMind npz, OpenFold/torch file).
+WEIGHT_SUFFIXES: tuple[str, ...] = (".ckpt", ".npz", ".pt", ".pth")
+
+
 def init_parent(experiments: dict[str, dict[str, Any]], name: str) -> str | None:
     """The checkpoint file an experiment starts from (``None`` without ``init_from``).
 
-    An experiment name → ``results/checkpoints/<parent>/best.ckpt``; a path ending in ``.ckpt`` →
-    that path. Raises :class:`ExperimentConfigError` for an unknown parent or a cycle.
+    An experiment name → ``results/checkpoints/<parent>/best.ckpt``; a path ending in one of
+    :data:`WEIGHT_SUFFIXES` (a foldworks checkpoint, DeepMind ``.npz`` or OpenFold ``.pt``) → that path. Raises :class:`ExperimentConfigError` for an unknown parent or a cycle.
     """
     seen = [name]
     current = name
@@ -63,10 +67,11 @@ def init_parent(experiments: dict[str, dict[str, Any]], name: str) -> str | None
             break
         parent = str(parent)
         if parent not in experiments:
-            if parent.endswith(".ckpt"):
+            if parent.endswith(WEIGHT_SUFFIXES):
                 break
             raise ExperimentConfigError(f"experiment {current}: init_from {parent!r} is neither an experiment "
-                                        f"({', '.join(sorted(experiments))}) nor a .ckpt path")
+                                        f"({', '.join(sorted(experiments))}) nor a weights file "
+                                        f"({', '.join(WEIGHT_SUFFIXES)})")
         if parent in seen:
             raise ExperimentConfigError(f"experiment {name}: init_from cycle {' -> '.join(seen + [parent])}")
         seen.append(parent)

@@ -4,7 +4,9 @@ Experiment keys (``config/config.yaml``):
 
 * ``init_from``: another experiment's name (its ``results/checkpoints/<name>/best.ckpt``; the
   Snakemake train rule gets that file as an input, so a changed parent retrains the child) or a
-  ``.ckpt`` path. The EMA weights are used when the checkpoint has them.
+  path: a ``.ckpt`` (trained, or written by ``python -m foldworks.models.import_weights``), a
+  DeepMind ``params_model_*.npz`` or an OpenFold ``.pt`` (converted through the weights registry).
+  The EMA weights are used when the checkpoint has them.
 * ``init_exclude``: parameter-name prefixes *not* taken from the parent (re-initialised, e.g. an
   output head of another size). Any other key present in both with a different shape is an
   error naming the key.
@@ -72,6 +74,26 @@ def init_report(model_state: dict[str, torch.Tensor], parent: dict[str, torch.Te
     return report
 
 
+def parent_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict of an ``init_from`` file: a foldworks checkpoint (trained, EMA weights when
+    present, or written by ``import_weights``), a released ProteinMPNN file, or any format of the
+    weights registry (:mod:`foldworks.models.weights.registry`: DeepMind ``.npz``, OpenFold ``.pt``),
+    converted on the fly with sizes read from the weights."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raw = load_checkpoint(path)
+        if "state_dict" in raw or "ema_state_dict" in raw:
+            return model_weights(raw)
+        if "model_state_dict" in raw and "num_edges" in raw:  # released ProteinMPNN: plain weights
+            return dict(raw["model_state_dict"])
+    from foldworks.models.weights.registry import FORMATS, WeightsError, detect_format
+
+    try:
+        return FORMATS[detect_format(path)].load(path, None).state_dict
+    except WeightsError as exc:
+        raise InitError(f"init_from {path}: {exc}") from None
+
+
 def initialise_from(model: nn.Module, checkpoint: str | Path, exclude: Sequence[str] = (),
                     experiment: str = "") -> dict[str, Any]:
     """Load the matching weights of ``checkpoint`` (EMA when present) into ``model``; return the report.
@@ -79,9 +101,7 @@ def initialise_from(model: nn.Module, checkpoint: str | Path, exclude: Sequence[
     Raises :class:`InitError` naming the key on a shape mismatch outside ``exclude``, or when no
     key matches at all (wrong parent).
     """
-    raw = load_checkpoint(checkpoint)
-    # a released ProteinMPNN file ({'num_edges', 'noise_level', 'model_state_dict'}) holds plain weights
-    parent = dict(raw["model_state_dict"]) if "model_state_dict" in raw and "num_edges" in raw else model_weights(raw)
+    parent = parent_weights(checkpoint)
     state = model.state_dict()
     report = init_report(state, parent, exclude)
     if report["shape_mismatched"]:

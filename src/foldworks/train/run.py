@@ -36,7 +36,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from foldworks.fsutil import atomic_open, atomic_path, write_json_atomic
 from foldworks.provenance import provenance_record
 from foldworks.train.config import apply_overrides, resolve_config, run_hash
-from foldworks.train.data import FeatureDataModule, feature_manifest_lines
+from foldworks.train.data import Af2FeatureDataModule, FeatureDataModule, feature_manifest_lines
 from foldworks.train.init_from import file_digest
 from foldworks.train.module import StructureModule
 from foldworks.train.resume import Preempted, ResumeCheckpoints, clear_resume_dir, find_resume_checkpoint
@@ -163,8 +163,8 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
         torch.use_deterministic_algorithms(True)
     L.seed_everything(seed, workers=True, verbose=False)
     accumulate = int(cfg["accumulate_grad_batches"])
-    data = FeatureDataModule(chains, features_dir, config["data"], seed, workers,
-                             int(cfg["max_steps"]) * accumulate, accumulate)
+    data = make_data_module(config, chains, features_dir, seed, workers, int(cfg["max_steps"]) * accumulate,
+                            accumulate)
     features_hash = data.feature_set_hash()
     init_path = _init_checkpoint(experiment, config, init_checkpoint)
     rhash = run_hash(config, features_hash if init_path is None else f"{features_hash}+{file_digest(init_path)}")
@@ -200,6 +200,23 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
         raise Preempted(signal.SIGTERM, None) from exc
     _finish(trainer, resume, metrics, out_dir)
     return config
+
+
+def make_data_module(config: dict[str, Any], chains: Path, features_dir: Path, seed: int, workers: int,
+                     total_micro_batches: int, accumulate: int) -> FeatureDataModule:
+    """The family's data path: :class:`Af2FeatureDataModule` for a family with
+    ``input_pipeline = "af2"`` (its input-pipeline settings, the experiment's crop), else the
+    shared padded-batch pipeline."""
+    from foldworks.models import MODEL_REGISTRY
+
+    family = MODEL_REGISTRY.get(config["model"])
+    if getattr(family, "input_pipeline", None) != "af2":
+        return FeatureDataModule(chains, features_dir, config["data"], seed, workers, total_micro_batches, accumulate)
+    with torch.device("meta"):  # sizes only: no weights allocated
+        model = family(**config["model_config"])
+    af2 = model.af2_data_config(True, int(config["data"]["crop_size"]), float(config["data"]["spatial_crop_prob"]))
+    return Af2FeatureDataModule(chains, features_dir, config["data"], seed, workers, total_micro_batches, accumulate,
+                                af2_config=af2)
 
 
 def _init_checkpoint(experiment: str, config: dict[str, Any], given: Path | None) -> Path | None:

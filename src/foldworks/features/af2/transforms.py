@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from foldworks.constants import ATOM_ORDER, GAP_INDEX, RESTYPES, UNK_INDEX
-from foldworks.models.openfold import residue_constants as rc
+from foldworks.models.af2 import residue_constants as rc
 
 #: Token of a masked MSA position (the 23rd class of the MSA one-hot).
 MASK_TOKEN: int = 22

@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from foldworks.constants import ATOM_ORDER
-from foldworks.models.openfold import residue_constants as rc
-from foldworks.models.openfold.rigid import frame_from_neg_x, invert_apply, rigid_from_3_points
+from foldworks.models.af2 import residue_constants as rc
+from foldworks.models.af2.rigid import frame_from_neg_x, invert_apply, rigid_from_3_points
 
 _N, _CA, _C, _CB, _O = (ATOM_ORDER[a] for a in ("N", "CA", "C", "CB", "O"))
 GLY_INDEX = rc.RESNAMES.index("GLY")

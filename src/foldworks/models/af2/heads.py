@@ -97,18 +97,27 @@ def predicted_aligned_error(logits: Tensor, max_error_bin: float) -> dict[str, T
             "max_predicted_aligned_error": centers[-1]}
 
 
-def predicted_tm_score(logits: Tensor, max_error_bin: float, residue_weights: Tensor | None = None) -> Tensor:
-    """pTM (supp. 1.9.7, Eq. 40): max over aligned residues i of the expected TM term over j.
+def tm_d0(num_res: int) -> float:
+    """TM-score distance scale ``d0 = 1.24 (max(N, 19) − 15)^{1/3} − 1.8`` (Å; supp. 1.9.7, Eq. 39)."""
+    return 1.24 * (max(int(num_res), 19) - 15) ** (1.0 / 3) - 1.8
 
-    ``logits [N, N, B]``; ``residue_weights [N]`` (default ones). ``d0 = 1.24 (max(N, 19) − 15)^{1/3} − 1.8``.
-    """
+
+def tm_score_from_centers(logits: Tensor, centers: Tensor, residue_weights: Tensor | None = None) -> Tensor:
+    """pTM (supp. 1.9.7, Eq. 40) of ``logits [N, N, B]`` over aligned-error bins with ``centers [B]``
+    (Å): max over aligned residues i of the weighted mean over j of ``E[1 / (1 + (e / d0)²)]``.
+    ``residue_weights [N]`` (default ones) select residues; ``d0`` from their count."""
     if residue_weights is None:
         residue_weights = logits.new_ones(logits.shape[-2])
-    num_res = max(int(residue_weights.sum().item()), 19)
-    d0 = 1.24 * (num_res - 15) ** (1.0 / 3) - 1.8
-    centers = aligned_error_bin_centers(pae_breaks(max_error_bin, logits.shape[-1], logits))
+    d0 = tm_d0(int(residue_weights.sum().item()))
     tm_per_bin = 1.0 / (1 + centers ** 2 / d0 ** 2)
     term = (torch.softmax(logits, -1) * tm_per_bin).sum(-1)  # [N, N]
     normed = residue_weights / (1e-8 + residue_weights.sum(-1, keepdim=True))
     per_alignment = (term * normed).sum(-1)
     return per_alignment[torch.argmax(per_alignment * residue_weights)]
+
+
+def predicted_tm_score(logits: Tensor, max_error_bin: float, residue_weights: Tensor | None = None) -> Tensor:
+    """pTM of the PAE head's ``logits [N, N, B]`` (bins up to ``max_error_bin`` Å); see
+    :func:`tm_score_from_centers`."""
+    centers = aligned_error_bin_centers(pae_breaks(max_error_bin, logits.shape[-1], logits))
+    return tm_score_from_centers(logits, centers, residue_weights)

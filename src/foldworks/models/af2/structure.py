@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from foldworks.models.af2.primitives import Linear
-from foldworks.models.openfold.all_atom import frames_to_atom14, torsion_angles_to_frames
-from foldworks.models.openfold.rigid import quat_to_rot
+from foldworks.models.af2.all_atom import frames_to_atom14, torsion_angles_to_frames
+from foldworks.models.af2.rigid import quat_to_rot
 
 if TYPE_CHECKING:
     from foldworks.models.af2.config import AF2Config

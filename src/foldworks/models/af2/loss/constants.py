@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from foldworks.constants import ATOM_ORDER, RESTYPE_1TO3, RESTYPES
+from foldworks.models.af2 import residue_constants as _model_rc
 
 NUM_RESTYPES = 21  # 20 amino acids + UNK
 UNK = 20
@@ -56,39 +57,10 @@ ATOM14_NAMES: dict[str, tuple[str, ...]] = {
     "UNK": (),
 }
 
-#: Chi-angle atom quadruples (AF2 supp. Table 2).
-CHI_ATOMS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
-    "ALA": (), "GLY": (), "UNK": (),
-    "ARG": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "NE"), ("CG", "CD", "NE", "CZ")),
-    "ASN": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "OD1")),
-    "ASP": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "OD1")),
-    "CYS": (("N", "CA", "CB", "SG"),),
-    "GLN": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "OE1")),
-    "GLU": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "OE1")),
-    "HIS": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "ND1")),
-    "ILE": (("N", "CA", "CB", "CG1"), ("CA", "CB", "CG1", "CD1")),
-    "LEU": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
-    "LYS": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "CE"), ("CG", "CD", "CE", "NZ")),
-    "MET": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "SD"), ("CB", "CG", "SD", "CE")),
-    "PHE": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
-    "PRO": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD")),
-    "SER": (("N", "CA", "CB", "OG"),),
-    "THR": (("N", "CA", "CB", "OG1"),),
-    "TRP": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
-    "TYR": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
-    "VAL": (("N", "CA", "CB", "CG1"),),
-}
-
-#: (residue, chi index) pairs that are pi-periodic.
-PI_PERIODIC_CHIS: tuple[tuple[str, int], ...] = (("ASP", 1), ("GLU", 2), ("PHE", 1), ("TYR", 1))
-
-#: Atom-name swaps of the symmetric renaming (AF2 supp. 1.8.5).
-RENAMING_SWAPS: dict[str, dict[str, str]] = {
-    "ASP": {"OD1": "OD2"},
-    "GLU": {"OE1": "OE2"},
-    "PHE": {"CD1": "CD2", "CE1": "CE2"},
-    "TYR": {"CD1": "CD2", "CE1": "CE2"},
-}
+# Chi atoms (supp. Table 2), pi-periodic chis and renaming swaps (supp. 1.8.5): the model's tables.
+CHI_ATOMS = _model_rc.CHI_ATOMS
+PI_PERIODIC_CHIS: tuple[tuple[str, int], ...] = tuple(_model_rc.PI_PERIODIC_CHI.items())
+RENAMING_SWAPS = _model_rc.RENAMING_SWAPS
 
 VDW_RADIUS: dict[str, float] = {"C": 1.7, "N": 1.55, "O": 1.52, "S": 1.8}
 

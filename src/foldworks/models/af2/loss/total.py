@@ -84,6 +84,8 @@ class LossConfig:
     violation_tolerance_factor: float = 12.0
     clash_overlap_tolerance: float = 1.5
     eps: float = 1e-8
+    #: Compute and report terms of weight 0 too (False: skip them; the violation term is costly).
+    report_zero_weighted: bool = True
 
 
 def _fape_parts(out: dict[str, Tensor], batch: dict[str, Tensor], cfg: LossConfig) -> dict[str, Tensor]:
@@ -145,8 +147,9 @@ def alphafold_loss(outputs: dict[str, Tensor], batch: dict[str, Tensor],
     """Weighted sum of the AF2 loss terms, scaled by √min(N_res, crop) as OpenFold does.
 
     Every term is computed in float32 with autocast disabled and averaged over the batch (per
-    chain). Terms with weight 0 are still computed and reported, except TM when its logits are
-    absent. A non-finite term is reported but contributes 0, as in OpenFold.
+    chain). Terms with weight 0 are still computed and reported (unless
+    ``config.report_zero_weighted`` is off), except TM when its logits are absent. A non-finite
+    term is reported but contributes 0, as in OpenFold.
     Returns ``(loss, terms)``; ``terms`` also holds ``unscaled_loss``, ``fape_backbone`` and
     ``fape_sidechain`` (all detached).
     """
@@ -157,6 +160,8 @@ def alphafold_loss(outputs: dict[str, Tensor], batch: dict[str, Tensor],
         parts = _fape_parts(out, batch, cfg)
         terms = {"fape": parts["fape"]}
         for name, fn in _terms(out, batch, cfg).items():
+            if not cfg.report_zero_weighted and not getattr(cfg.weights, name):
+                continue
             if name == "tm" and "tm_logits" not in out:
                 if cfg.weights.tm:
                     raise KeyError(f"tm_logits: the TM loss has weight {cfg.weights.tm} but the outputs lack it")
