@@ -181,3 +181,19 @@ def _read_msa_digests(path: str, mtime_ns: int, size: int, table_mtime_ns: int, 
 
 def features_shard_items(wildcards) -> str:
     return items_arg(_chain_index().features[wildcards.shard], f"features shard {wildcards.shard}")
+
+
+# Precomputed alignments (msa.smk): the msa shard's digest of its hashes' import-index rows.
+def msa_import_digest(wildcards) -> str:
+    """The msa shard's digest of its hashes' precomputed-index rows (``no-index`` before it exists)."""
+    try:
+        stat = os.stat(MSA_IMPORT_INDEX)
+    except FileNotFoundError:
+        return "no-index"
+    digests = _import_digests(stat.st_mtime_ns, stat.st_size)
+    return msa_rules.import_shard_digest(digests, _chain_index().msa.get(wildcards.shard, []))
+
+
+@functools.lru_cache(maxsize=2)
+def _import_digests(mtime_ns: int, size: int) -> dict[str, str]:
+    return msa_rules.read_import_digests(MSA_IMPORT_INDEX)

@@ -125,27 +125,18 @@ if MSA_SOURCES:
             " --problems {output.problems:q} 2> {log:q}"
 
 
-def msa_import_digest(wildcards) -> str:
-    """The msa shard's digest of its hashes' precomputed-index rows (``no-index`` before it exists)."""
-    try:
-        stat = os.stat(MSA_IMPORT_INDEX)
-    except FileNotFoundError:
-        return "no-index"
-    digests = _import_digests(stat.st_mtime_ns, stat.st_size)
-    return msa_rules.import_shard_digest(digests, _chain_index().msa.get(wildcards.shard, []))
-
-
-@functools.lru_cache(maxsize=2)
-def _import_digests(mtime_ns: int, size: int) -> dict[str, str]:
-    return msa_rules.read_import_digests(MSA_IMPORT_INDEX)
-
-
 # Without precomputed sources the msa rule's command and params are exactly those of a search-only
 # workflow (a changed command or param set would rerun every finished shard).
 MSA_SOURCE_ARGS = "".join((
     "--db-records {input.dbs} " if MSA_SEARCHES else "",
     f"--import-index {MSA_IMPORT_INDEX} --chain-table data/chains.parquet " if MSA_SOURCES else ""))
 MSA_IMPORT_PARAMS = {"imported": msa_import_digest} if MSA_SOURCES else {}
+MSA_SHARD_COMMAND = "".join((
+    "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
+    " --manifest {output.manifest:q} ", MSA_SOURCE_ARGS, "--params {params.search:q} --code {params.code}"
+    " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
+    " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
+    " --failures-dir data/failures 2>> {log:q}"))
 
 
 rule msa:
@@ -173,11 +164,7 @@ rule msa:
     log:
         "logs/msa/{shard}.log",
     shell:
-        "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
-        " --manifest {output.manifest:q} " + MSA_SOURCE_ARGS + "--params {params.search:q} --code {params.code}"
-        " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
-        " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
-        " --failures-dir data/failures 2>> {log:q}"
+        MSA_SHARD_COMMAND
 
 
 rule msa_summary:
