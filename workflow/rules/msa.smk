@@ -131,12 +131,6 @@ MSA_SOURCE_ARGS = "".join((
     "--db-records {input.dbs} " if MSA_SEARCHES else "",
     f"--import-index {MSA_IMPORT_INDEX} --chain-table data/chains.parquet " if MSA_SOURCES else ""))
 MSA_IMPORT_PARAMS = {"imported": msa_import_digest} if MSA_SOURCES else {}
-MSA_SHARD_COMMAND = "".join((
-    "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
-    " --manifest {output.manifest:q} ", MSA_SOURCE_ARGS, "--params {params.search:q} --code {params.code}"
-    " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
-    " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
-    " --failures-dir data/failures 2>> {log:q}"))
 
 
 rule msa:
@@ -164,7 +158,11 @@ rule msa:
     log:
         "logs/msa/{shard}.log",
     shell:
-        MSA_SHARD_COMMAND
+        "python -m foldworks.shards msa --tool {params.tool} --key {wildcards.shard} --items {params.members}"
+        f" --manifest {{output.manifest:q}} {MSA_SOURCE_ARGS}--params {{params.search:q}} --code {{params.code}}"
+        " --threads {threads} --timeout-s {resources.msa_timeout_s} --max-attempts {resources.msa_max_attempts}"
+        " --sequences-dir data/sequences --msa-dir data/msa --work-dir data/msa_batches/mmseqs/{wildcards.shard}"
+        " --failures-dir data/failures 2>> {log:q}"
 
 
 rule msa_summary:
