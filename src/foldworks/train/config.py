@@ -36,6 +36,8 @@ DEFAULT_DATA: dict[str, Any] = {
     "num_workers": None,
 }
 DEFAULT_TRAINER: dict[str, Any] = {
+    # null: AdamW, warm-up and cosine decay; a name of RECIPES: that recipe's optimiser and values
+    "recipe": None,
     "max_steps": 300, "lr": 1e-3, "weight_decay": 0.01, "warmup_steps": 20, "grad_clip": 1.0,
     "val_every_n_steps": 50, "seed": 0, "min_lr_ratio": 0.0,
     "accumulate_grad_batches": 1,
@@ -52,6 +54,12 @@ DEFAULT_TRAINER: dict[str, Any] = {
     # bf16-mixed on GPU, 32-true on CPU; progress_bar "auto" = only when stderr is a terminal
     "accelerator": "auto", "devices": 1, "num_nodes": 1, "strategy": "auto", "precision": "auto",
     "progress_bar": "auto",
+}
+#: ``trainer.recipe: openfold``: OpenFold's AlphaFold2 training recipe (Adam with eps 1e-5 and no weight
+#: decay, linear warm-up over 1,000 steps to lr 1e-3, then ×0.95 every 50,000 steps after step 50,000,
+#: gradient-norm clip 0.1, EMA 0.999). Keys given beside it override it.
+RECIPES: dict[str, dict[str, Any]] = {
+    "openfold": {"lr": 1e-3, "weight_decay": 0.0, "warmup_steps": 1000, "grad_clip": 0.1, "ema_decay": 0.999},
 }
 HARDWARE_KEYS: tuple[str, ...] = ("accelerator", "devices", "num_nodes", "strategy", "precision", "progress_bar")
 #: Keys that change neither the batches nor the weights (left out of :func:`run_hash` too).
@@ -83,7 +91,10 @@ def resolve_config(params: dict[str, Any]) -> dict[str, Any]:
         extra = set(given) - set(defaults)
         if extra:
             raise ValueError(f"experiment config: unknown {section} keys {sorted(extra)}")
-        resolved[section] = {**defaults, **copy.deepcopy(given)}
+        recipe = given.get("recipe") if section == "trainer" else None
+        if recipe is not None and recipe not in RECIPES:
+            raise ValueError(f"experiment config: trainer.recipe must be one of {sorted(RECIPES)} or null, not {recipe!r}")
+        resolved[section] = {**defaults, **(RECIPES[recipe] if recipe else {}), **copy.deepcopy(given)}
     _check_trainer(resolved["trainer"])
     _check_data(resolved["data"])
     return resolved

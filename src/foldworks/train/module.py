@@ -54,6 +54,17 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def openfold_lr(step: int, warmup: int, decay_start: int = 50_000, decay_every: int = 50_000,
+                factor: float = 0.95) -> float:
+    """LR multiplier of OpenFold's AlphaFold2 schedule: linear warm-up over ``warmup`` steps, constant
+    until ``decay_start``, then ×``factor`` at ``decay_start`` and every ``decay_every`` steps after."""
+    if step < warmup:
+        return (step + 1) / max(1, warmup)
+    if step < decay_start:
+        return 1.0
+    return factor ** ((step - decay_start) // decay_every + 1)
+
+
 class StructureModule(L.LightningModule):
     """Wraps ``build_model(config["model"], config["model_config"])`` for training and validation."""
 
@@ -202,10 +213,14 @@ class StructureModule(L.LightningModule):
         trained = [p for p in self.model.parameters() if p.requires_grad]  # minus frozen ones
         decay = [p for p in trained if p.ndim >= 2]
         no_decay = [p for p in trained if p.ndim < 2]
+        total, warmup, min_ratio = int(cfg["max_steps"]), int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"])
+        if cfg.get("recipe") == "openfold":  # Adam as OpenFold trains AF2 (train/config.py RECIPES)
+            optimizer = torch.optim.Adam(trained, lr=cfg["lr"], eps=1e-5, weight_decay=cfg["weight_decay"])
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: openfold_lr(step, warmup))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
             lr=cfg["lr"])
-        total, warmup, min_ratio = int(cfg["max_steps"]), int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup, total, min_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
