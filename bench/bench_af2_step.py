@@ -118,6 +118,7 @@ def full_inputs(crop: int, args: argparse.Namespace) -> tuple:
     from foldworks.models.af2.loss import make_supervision
 
     truth = _tensors(REFERENCE / TRUTH_CASE / "loss_batch.npz")
+    truth["residx_atom37_to_atom14"] = _tensors(REFERENCE / TRUTH_CASE / "features.npz")["residx_atom37_to_atom14"][0]
     if truth["aatype"].shape[0] < crop:
         raise SystemExit(f"{TRUTH_CASE}: {truth['aatype'].shape[0]} residues, fewer than crop {crop}")
     cfg = dataclasses.replace(preset("model_1_ptm"), num_recycle=1, checkpointing=True)
