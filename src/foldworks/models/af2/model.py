@@ -65,7 +65,7 @@ class AlphaFold2(nn.Module):
 
     def set_chunk_size(self, chunk_size: int | None) -> None:
         """Process attention in chunks of ``chunk_size`` rows (memory ∝ chunk, same results); None =
-        unchunked on GPUs, cache-sized chunks on CPU."""
+        unchunked, except cache-sized chunks on CPU without gradients."""
         from foldworks.models.af2.primitives import Attention
 
         for module in self.modules():

@@ -92,14 +92,15 @@ class Attention(nn.Module):
         self.linear_o = Linear(hc, c_out if c_out is not None else c_q, init="final")
         self.linear_g = Linear(c_q, hc, init="gating") if gating else None
 
-    # Rows (dim -3 of the inputs) processed per step; None = all at once on GPUs and cache-sized
-    # chunks on CPU (see :func:`cpu_chunk_rows`). Chunking changes no result.
+    # Rows (dim -3 of the inputs) processed per step; None = all at once, except cache-sized chunks
+    # on CPU without gradients (see :func:`cpu_chunk_rows`; with gradients the backward of each
+    # chunk's slices would fill full-size zero tensors). Chunking changes no result.
     chunk_size: int | None = None
 
     def forward(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
         rows = q_x.shape[-3] if q_x.dim() >= 3 else 1
         chunk = self.chunk_size
-        if chunk is None and q_x.device.type == "cpu":
+        if chunk is None and q_x.device.type == "cpu" and not torch.is_grad_enabled():
             chunk = cpu_chunk_rows(q_x, kv_x, self.num_heads)
         if chunk is None or rows <= chunk:
             return self._attend(q_x, kv_x, biases)
