@@ -25,7 +25,10 @@ as wall and CPU seconds (``time.process_time``: on a shared machine the CPU seco
 figure, the ratio column uses them), and the process's peak
 resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``: weights, inputs, activations and
 gradients, as the kernel counts them). The load average (1 min) is recorded before and after each
-row: on a shared machine it says how much the row's time is to be trusted.
+row: on a shared machine it says how much the row's time is to be trusted. Rows run with
+``MALLOC_MMAP_THRESHOLD_`` set (glibc: allocations above it get their own pages, returned on
+free) are named so: the default dynamic threshold lets freed activations fragment the heap, which
+inflates the peak RSS.
 """
 
 from __future__ import annotations
@@ -144,6 +147,9 @@ def worker(spec: dict, args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    if args.memory_limit_gb:  # fail with an allocation error instead of starving the machine
+        limit = int(args.memory_limit_gb * 1e9)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     if spec["kind"] == "case":
         model, feats, sup = case_inputs(REFERENCE / spec["name"])
     else:
@@ -181,14 +187,17 @@ def run_subprocess(spec: dict, args: argparse.Namespace) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--clusters", str(args.clusters),
-           "--extra", str(args.extra), "--templates", str(args.templates)]
+           "--extra", str(args.extra), "--templates", str(args.templates),
+           "--memory-limit-gb", str(args.memory_limit_gb or 0)]
     load_start = os.getloadavg()[0]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     load_end = os.getloadavg()[0]
     if proc.returncode != 0:
         raise SystemExit(f"{spec['name']} {spec['mode']}: worker failed\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**spec, **result, "load": [load_start, load_end]}
+    threshold = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+    name = f"{spec['name']}, MALLOC_MMAP_THRESHOLD_={threshold}" if threshold else spec["name"]
+    return {**spec, **result, "name": name, "load": [load_start, load_end]}
 
 
 def openfold_figure(spec: dict) -> tuple[float | None, float | None]:
@@ -209,7 +218,7 @@ def render(results: list[dict], args: argparse.Namespace) -> str:
                 if line.startswith("model name")), platform.processor())
     rows = ["| configuration | residues | mode | foldworks CPU s | wall s | n | OpenFold s | ratio (CPU s) | "
             "peak RSS GB | OpenFold GB | load start / end |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
+    for r in sorted(results, key=lambda r: (r["kind"] == "full", r.get("crop", 0), r["name"], r["mode"])):
         theirs, their_peak = openfold_figure(r)
         cpu, wall = statistics.median(r["cpu_times"]), statistics.median(r["times"])
         ratio = f"{cpu / theirs:.2f}" if theirs else ""
@@ -241,6 +250,8 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=128, help="MSA clusters of the full-size rows")
     parser.add_argument("--extra", type=int, default=1024, help="extra-MSA rows of the full-size rows")
     parser.add_argument("--templates", type=int, default=4, help="template slots of the full-size rows")
+    parser.add_argument("--memory-limit-gb", type=float, default=0.0,
+                        help="address-space limit of each worker (GB; 0 = none): a row that needs more fails")
     parser.add_argument("--cases", nargs="*", help="reference case folders to run (default: all)")
     parser.add_argument("--raw", type=Path, help="JSON file of results: rows are merged into it by key")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
@@ -254,7 +265,7 @@ def main() -> None:
     known = json.loads(args.raw.read_text()) if args.raw and args.raw.is_file() else {}
     for spec in specs(args):
         result = run_subprocess(spec, args)
-        known[f"{spec['name']}|{spec['mode']}"] = result
+        known[f"{result['name']}|{spec['mode']}"] = result
         print(json.dumps(result), flush=True)
         if args.raw:
             tmp = args.raw.with_suffix(".tmp")
