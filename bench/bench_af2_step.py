@@ -226,7 +226,8 @@ def render(results: list[dict], args: argparse.Namespace) -> str:
         rows.append(f"| {r['name']} | {r['residues']} | {mode} | {cpu:.3g} | {wall:.3g} | {len(r['times'])} "
                     f"| {f'{theirs:.3g}' if theirs else ''} | {ratio} | {r['peak_gb']:.2f} | {their_peak or ''} "
                     f"| {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
-    return "\n".join(rows) + f"\n\nCommit {commit}; {os.cpu_count()} CPUs ({cpu_model}); Python {platform.python_version()}.\n"
+    machine = f"{os.cpu_count()} CPUs ({cpu_model}); Python {platform.python_version()}"
+    return "\n".join(rows) + f"\n\nCommit {commit}; {machine}.\n"
 
 
 def specs(args: argparse.Namespace) -> list[dict]:

@@ -141,7 +141,8 @@ def main() -> None:
              f"Device {device}, torch {torch.__version__}; {args.recycles} recycles, {args.clusters} MSA clusters, "
              f"{args.extra} extra-MSA rows, {args.templates} templates (template presets); median of "
              f"{args.repeats} after one warm-up.", "",
-             "| preset | residues | dtype | chunk | s per structure | peak GiB allocated |", "|---|---:|---|---:|---:|---:|"]
+             "| preset | residues | dtype | chunk | s per structure | peak GiB allocated |",
+             "|---|---:|---|---:|---:|---:|"]
     for name in args.presets:
         for length in args.lengths:
             model, feats = prediction_inputs(name, length, args)

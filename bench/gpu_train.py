@@ -7,8 +7,8 @@ the synthetic batches carry a backbone (N, CA, C, O) for it.
                                         [--trainer-steps 40] [--out bench/gpu_train.md]
 
 ``--device cpu --crops 32 --steps 2 --trainer-steps 0`` is a smoke test of the script itself (the
-AF2 rows then use the ``cpu_small`` preset at 16 residues; nothing is written without ``--out``). Measures, per family (default
-``config/config.yaml`` model configs) and crop size:
+AF2 rows then use the ``cpu_small`` preset at 16 residues; nothing is written without ``--out``).
+Measures, per family (default ``config/config.yaml`` model configs) and crop size:
 
 - model step: forward + loss + backward + AdamW under ``torch.autocast(bfloat16)`` on synthetic
   batches (random sequence/MSA, a random-walk Cα trace with 3.8 Å steps), ms per step after
@@ -219,8 +219,10 @@ def main() -> None:
     parser.add_argument("--openfold-batch", type=int, default=1, help="chains per step of the AF2 preset rows")
     parser.add_argument("--af2-presets", nargs="+", default=["initial_training"],
                         help="AF2 presets (foldworks.models.af2.PRESETS) timed at --openfold-crops")
-    parser.add_argument("--af2-clusters", type=int, default=128, help="MSA clusters of the AF2 rows (AF2 training: 128)")
-    parser.add_argument("--af2-extra", type=int, default=1024, help="extra-MSA rows of the AF2 rows (AF2 training: 1024)")
+    parser.add_argument("--af2-clusters", type=int, default=128,
+                        help="MSA clusters of the AF2 rows (AF2 training: 128)")
+    parser.add_argument("--af2-extra", type=int, default=1024,
+                        help="extra-MSA rows of the AF2 rows (AF2 training: 1024)")
     parser.add_argument("--af2-recycles", type=int, default=1, help="recycles of every AF2 training step")
     parser.add_argument("--out", type=Path, help="Markdown table (default: bench/gpu_train.md on a GPU)")
     args = parser.parse_args()
