@@ -64,7 +64,8 @@ class AlphaFold2(nn.Module):
         self.aux_heads = AuxiliaryHeads(cfg)
 
     def set_chunk_size(self, chunk_size: int | None) -> None:
-        """Process attention in chunks of ``chunk_size`` rows (memory ∝ chunk, same results); None = off."""
+        """Process attention in chunks of ``chunk_size`` rows (memory ∝ chunk, same results); None =
+        unchunked, except cache-sized chunks on CPU without gradients."""
         from foldworks.models.af2.primitives import Attention
 
         for module in self.modules():

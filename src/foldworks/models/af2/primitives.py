@@ -60,6 +60,20 @@ def mask_bias(mask: Tensor) -> Tensor:
     return MASK_INF * (mask - 1.0)
 
 
+# Attention logits per chunk on CPU (float32 elements, ~1 MiB): the logits, bias add, softmax and
+# value product of a chunk then stay in the core's cache instead of streaming through memory.
+CPU_CHUNK_LOGITS = 1 << 18
+
+
+def cpu_chunk_rows(q_x: Tensor, kv_x: Tensor, num_heads: int) -> int:
+    """Rows (dim -3 of ``q_x [*, R, Q, c]``) per chunk so that one chunk's logits ``[*, r, H, Q, K]``
+    hold at most :data:`CPU_CHUNK_LOGITS` elements (at least one row)."""
+    if q_x.dim() < 3:
+        return 1
+    per_row = math.prod(q_x.shape[:-3]) * num_heads * q_x.shape[-2] * kv_x.shape[-2]
+    return max(1, CPU_CHUNK_LOGITS // max(per_row, 1))
+
+
 class Attention(nn.Module):
     """Gated multi-head attention (AF2 Alg 7 core; ``Attention`` in AF2's code).
 
@@ -78,16 +92,21 @@ class Attention(nn.Module):
         self.linear_o = Linear(hc, c_out if c_out is not None else c_q, init="final")
         self.linear_g = Linear(c_q, hc, init="gating") if gating else None
 
-    # Rows (dim -3 of the inputs) processed per step; None = all at once. Results are identical.
+    # Rows (dim -3 of the inputs) processed per step; None = all at once, except cache-sized chunks
+    # on CPU without gradients (see :func:`cpu_chunk_rows`; with gradients the backward of each
+    # chunk's slices would fill full-size zero tensors). Chunking changes no result.
     chunk_size: int | None = None
 
     def forward(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
         rows = q_x.shape[-3] if q_x.dim() >= 3 else 1
-        if self.chunk_size is None or rows <= self.chunk_size:
+        chunk = self.chunk_size
+        if chunk is None and q_x.device.type == "cpu" and not torch.is_grad_enabled():
+            chunk = cpu_chunk_rows(q_x, kv_x, self.num_heads)
+        if chunk is None or rows <= chunk:
             return self._attend(q_x, kv_x, biases)
         outs = []
-        for start in range(0, rows, self.chunk_size):
-            part = slice(start, start + self.chunk_size)
+        for start in range(0, rows, chunk):
+            part = slice(start, start + chunk)
             chunk_biases = [b[..., part, :, :, :] if b.dim() >= 4 and b.shape[-4] > 1 else b for b in biases]
             kv = kv_x[..., part, :, :] if kv_x.dim() >= 3 and kv_x.shape[-3] > 1 else kv_x
             outs.append(self._attend(q_x[..., part, :, :], kv, chunk_biases))

@@ -1,0 +1,47 @@
+"""Automatic cache-sized attention chunks on CPU: used only without gradients, same results."""
+
+from __future__ import annotations
+
+import torch
+
+from foldworks.models.af2 import primitives
+from foldworks.models.af2.primitives import Attention, cpu_chunk_rows
+
+torch.set_num_threads(1)
+
+
+def _attention_inputs(seed: int = 0) -> tuple[Attention, torch.Tensor, list[torch.Tensor]]:
+    torch.manual_seed(seed)
+    att = Attention(8, 8, 4, 2)
+    for p in att.parameters():  # the gating/output layers start at zero: perturb so every path counts
+        p.data.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(9, 7, 8)  # rows 9, queries 7, channels 8
+    mask = (torch.rand(9, 7) > 0.2).float()
+    biases = [primitives.mask_bias(mask)[:, None, None, :], torch.randn(1, 2, 7, 7)]
+    return att, x, biases
+
+
+def test_cpu_chunk_rows_bounds_the_logits_per_chunk() -> None:
+    x = torch.zeros(3, 50, 20, 8)  # lead 3, rows 50, queries 20
+    per_row = 3 * 4 * 20 * 20
+    rows = cpu_chunk_rows(x, x, num_heads=4)
+    assert rows == primitives.CPU_CHUNK_LOGITS // per_row
+    assert cpu_chunk_rows(torch.zeros(2, 4096, 8), torch.zeros(2, 4096, 8), num_heads=8) == 1
+
+
+def test_automatic_chunks_match_unchunked_and_skip_training(monkeypatch) -> None:
+    att, x, biases = _attention_inputs()
+    with torch.no_grad():
+        whole = att(x, x, biases)
+    calls = []
+    original = att._attend
+    monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
+    monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS", 2 * 2 * 7 * 7)  # two rows per chunk
+    with torch.no_grad():
+        chunked = att(x, x, biases)
+    assert calls == [2, 2, 2, 2, 1]
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
+    calls.clear()
+    with_grad = att(x, x, biases)  # gradients on: one unchunked call
+    assert calls == [9]
+    torch.testing.assert_close(with_grad.detach(), whole, rtol=1e-6, atol=1e-6)
