@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from foldworks.constants import CA_INDEX
 from foldworks.features.af2 import Af2DataConfig, chain_from_feature_cache, make_af2_example
-from foldworks.features.af2.pipeline import RESIDUE_AXIS
+from foldworks.features.af2.draws import sample_rng
+from foldworks.features.af2.pipeline import RESIDUE_AXIS, TEMPLATE_KEYS
 from foldworks.ids import target_id
 from foldworks.train.sampling import TrainBatchSampler, ValBatchSampler
 
@@ -288,6 +289,48 @@ class FeatureDataModule(L.LightningDataModule):
                         "dealt differently than in an uninterrupted run", world, state["world_size"])
 
 
+#: :func:`foldworks.features.af2.draws.sample_rng` stream of the training template subsample.
+STREAM_TEMPLATES = 3
+
+
+def template_path(templates_dir: Path, target: str) -> Path:
+    """``{templates_dir}/{target}.npz``: the template stage's features of one query chain."""
+    return Path(templates_dir) / f"{target}.npz"
+
+
+def missing_template_files(targets: Sequence[str], templates_dir: Path) -> list[str]:
+    """Targets of ``targets`` without a template feature file in ``templates_dir``."""
+    return [t for t in targets if not template_path(templates_dir, t).is_file()]
+
+
+def load_templates(templates_dir: Path, target: str) -> dict[str, np.ndarray]:
+    """The AF2 template arrays (:data:`TEMPLATE_KEYS`) of ``target``; ``T`` may be 0.
+
+    Raises ``ValueError`` naming the chain when its file is missing or lacks a key."""
+    path = template_path(templates_dir, target)
+    if not path.is_file():
+        raise ValueError(f"{target}: no template features {path} (run the template stage)")
+    with np.load(path, allow_pickle=False) as data:
+        missing = [key for key in TEMPLATE_KEYS if key not in data.files]
+        if missing:
+            raise ValueError(f"{target}: template features {path} lack {', '.join(missing)}")
+        return {key: data[key] for key in TEMPLATE_KEYS}
+
+
+def pick_templates(templates: dict[str, np.ndarray], max_templates: int,
+                   rng: np.random.Generator | None) -> dict[str, np.ndarray]:
+    """At most ``max_templates`` of ``templates`` (hits best ``sum_probs`` first, ``[T, ...]``).
+
+    Inference (``rng`` None): the first ``max_templates``, as AF2 takes its top hits. Training: a
+    uniformly random subset of ``min(T, max_templates)`` hits in random order, as OpenFold's
+    template subsampling does when cropping (AF2 supp. 1.2.3 draws training templates at random
+    from the hits)."""
+    count = int(templates["template_aatype"].shape[0])
+    keep = min(count, int(max_templates))
+    order = np.arange(keep) if rng is None else rng.permutation(count)[:keep]
+    return {key: np.asarray(value)[order] for key, value in templates.items()}
+
+
 def af2_sample_id(epoch: int, slot: int) -> int:
     """One non-negative sample number per ``(epoch, slot)`` for the AF2 draw streams."""
     return (int(epoch) << 32) | int(slot)
@@ -298,23 +341,31 @@ class Af2ChainDataset(ChainDataset):
     like :class:`ChainDataset`. Training items: crop (``cfg.crop_size``), block deletion and MSA draws
     from ``(seed, epoch, slot)``; validation items: whole chains, draws from ``(seed, 0, index)``.
     Every array is ``[R, ...]`` (recycles first) except ``resolution`` (Å from ``resolutions``, a
-    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window)."""
+    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window).
+    ``templates_dir``: the template stage's ``{target}.npz`` files, read when the config uses
+    templates (:func:`pick_templates`; training draws from ``(seed, epoch, slot)``); None: no
+    template rows (the model sees ``template_mask`` 0)."""
 
     def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool,
-                 resolutions: dict[str, float] | None = None) -> None:
+                 resolutions: dict[str, float] | None = None, templates_dir: Path | None = None) -> None:
         super().__init__(targets, af2_config.crop_size, af2_config.num_clusters + af2_config.max_extra_msa, seed, train,
                          af2_config.spatial_crop_prob)
         self.af2_config = af2_config
         self.resolutions = resolutions or {}
+        self.templates_dir = Path(templates_dir) if templates_dir is not None and af2_config.use_templates else None
 
     def __getitem__(self, key: tuple[int, ...]) -> dict[str, np.ndarray]:
         epoch, slot, index = key if len(key) == 3 else (key[0], key[1], key[1])
         target, path = self.targets[index]
+        sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
+        templates = None
+        if self.templates_dir is not None:
+            rng = sample_rng(self.seed, sample, STREAM_TEMPLATES) if self.train else None
+            templates = pick_templates(load_templates(self.templates_dir, target), self.af2_config.max_templates, rng)
         try:
-            chain = chain_from_feature_cache(load_feature_file(path), name=target)
+            chain = chain_from_feature_cache(load_feature_file(path), templates, name=target)
         except Exception as exc:  # name the target in the error
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
-        sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
         example = make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
         resolution = self.resolutions.get(target, 0.0)
         example["resolution"] = np.asarray(0.0 if not np.isfinite(resolution) else resolution, np.float32)
@@ -344,18 +395,28 @@ def collate_af2(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor
 class Af2FeatureDataModule(FeatureDataModule):
     """:class:`FeatureDataModule` whose loaders yield AF2 batches (:class:`Af2ChainDataset`,
     :func:`collate_af2`); ``af2_config`` is a :class:`foldworks.features.af2.Af2DataConfig`. Crop
-    size and spatial-crop probability come from the data config as for the other families."""
+    size and spatial-crop probability come from the data config as for the other families.
+    ``templates_dir``: template features of every train/val chain (checked up front when the
+    config uses templates; a missing file is a ``ValueError`` naming the chains)."""
 
-    def __init__(self, *args: Any, af2_config: Af2DataConfig, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, af2_config: Af2DataConfig, templates_dir: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.af2_config = af2_config
+        self.templates_dir = Path(templates_dir) if templates_dir is not None and af2_config.use_templates else None
+        if self.templates_dir is not None:
+            targets = [t for t, _ in self.train_targets + self.val_targets]
+            missing = missing_template_files(targets, self.templates_dir)
+            if missing:
+                raise ValueError(f"{len(missing)} chain(s) have no template features in {self.templates_dir}: "
+                                 f"{', '.join(missing[:10])}")
 
     def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
         cfg = dataclasses.replace(self.af2_config, crop_size=dataset.crop_size if dataset.train else None,
                       spatial_crop_prob=dataset.spatial_crop_prob)
         rows = pd.concat([self.train_rows, self.val_rows])
         af2 = Af2ChainDataset(dataset.targets, cfg, dataset.seed, dataset.train,
-                              dict(zip(rows["target"], rows["resolution"])))
+                              dict(zip(rows["target"], rows["resolution"])), self.templates_dir)
         return DataLoader(af2, batch_sampler=batch_sampler, collate_fn=collate_af2, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
                           generator=torch.Generator().manual_seed(self.seed),
