@@ -119,11 +119,18 @@ def test_a_chain_without_template_features_is_named(cache: Path, tmp_path: Path)
     with pytest.raises(ValueError, match=targets[1][0]):
         Af2FeatureDataModule(tmp_path / "chains.parquet", cache / "features", {"sampler": "uniform"}, seed=1,
                              af2_config=CFG, templates_dir=tmp_path / "templates")
-    no_templates = dataclasses.replace(CFG, use_templates=False)  # a model without templates reads none
-    Af2FeatureDataModule(tmp_path / "chains.parquet", cache / "features", {"sampler": "uniform"}, seed=1,
-                         af2_config=no_templates, templates_dir=tmp_path / "templates")
     with pytest.raises(ValueError, match=targets[1][0]):
         Af2ChainDataset(targets, CFG, seed=1, train=True, templates_dir=tmp_path / "templates")[(0, 0, 1)]
+    no_templates = dataclasses.replace(CFG, use_templates=False)  # a model without templates reads none
+    plain = Af2FeatureDataModule(tmp_path / "chains.parquet", cache / "features", {"sampler": "uniform"}, seed=1,
+                                 af2_config=no_templates, templates_dir=tmp_path / "templates")
+    _write_templates(tmp_path / "templates", targets[1][0], load_feature_file(targets[1][1]), count=0)
+    module = Af2FeatureDataModule(tmp_path / "chains.parquet", cache / "features", {"sampler": "uniform"}, seed=1,
+                                  af2_config=CFG, templates_dir=tmp_path / "templates")
+    before = module.feature_set_hash()
+    assert before != plain.feature_set_hash()  # template features enter the run hash
+    _write_templates(tmp_path / "templates", targets[1][0], load_feature_file(targets[1][1]), count=2)
+    assert module.feature_set_hash() != before
 
 
 def test_model_runs_on_template_features_and_reads_them(cache: Path, tmp_path: Path) -> None:

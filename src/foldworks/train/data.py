@@ -411,6 +411,15 @@ class Af2FeatureDataModule(FeatureDataModule):
                 raise ValueError(f"{len(missing)} chain(s) have no template features in {self.templates_dir}: "
                                  f"{', '.join(missing[:10])}")
 
+    def feature_set_hash(self) -> str:
+        """As :meth:`FeatureDataModule.feature_set_hash`; with templates, their files' name and size
+        enter it too (new template features restart the run rather than resume it)."""
+        base = super().feature_set_hash()
+        if self.templates_dir is None:
+            return base
+        paths = [template_path(self.templates_dir, t) for t, _ in self.train_targets + self.val_targets]
+        return hashlib.sha256(f"{base}+templates:{feature_set_hash(paths)}".encode()).hexdigest()
+
     def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
         cfg = dataclasses.replace(self.af2_config, crop_size=dataset.crop_size if dataset.train else None,
                       spatial_crop_prob=dataset.spatial_crop_prob)
