@@ -203,7 +203,8 @@ def _common_functions() -> str:
     return text[start:text.index("def all_msas", start)]
 
 
-def _dry_run(workdir: Path, enabled: bool, target: str) -> str:
+def _jobs(workdir: Path, enabled: bool) -> dict[tuple[str, str], tuple[set[str], str]]:
+    """Dry run of both experiments' predictions: ``(rule, experiment)`` → (inputs, shell command)."""
     experiments = {"plain": {"model": "evoformer", "model_config": {"preset": "cpu_small", "templates": False}},
                    "tmpl": {"model": "evoformer", "model_config": {"preset": "cpu_small"}}}
     workdir.mkdir(parents=True, exist_ok=True)
@@ -211,35 +212,72 @@ def _dry_run(workdir: Path, enabled: bool, target: str) -> str:
         src=str(REPO / "src"), experiments=json.dumps(experiments), enabled=enabled,
         functions=_common_functions(), train=str(REPO / "workflow/rules/train.smk"),
         predict=str(REPO / "workflow/rules/predict.smk")))
-    for name in ("data/chains.parquet", "data/features/shards/a.tsv", "data/templates/features/shards/a.tsv",
-                 "data/templates/features/shards/b.tsv", "data/templates/features/shards/c.tsv"):
+    for name in ("data/chains.parquet", "data/features/shards/a.tsv",
+                 *(f"data/templates/features/shards/{key}.tsv" for key in "abc")):
         (workdir / name).parent.mkdir(parents=True, exist_ok=True)
         (workdir / name).write_text("x")
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run([str(bin_dir / "snakemake"), "-n", "-p", "--cores", "1", "--forceall", target,
-                             "--printshellcmds", "--verbose"], cwd=workdir, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run([str(bin_dir / "snakemake"), "-n", "-p", "--cores", "1", "--forceall",
+                             "results/predictions/plain", "results/predictions/tmpl"], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout + result.stderr
-
-
-def _command(out: str, module: str) -> str:
-    return next(line.strip() for line in out.splitlines() if f"python -m foldworks.{module} " in line)
+    jobs = {}
+    for block in (result.stdout + result.stderr).split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        inputs = set(re.search(r"^\s+input: (.*)$", block, flags=re.M).group(1).split(", "))
+        experiment = re.search(r"wildcards: experiment=(\w+)", block).group(1)
+        jobs[rule, experiment] = (inputs, re.search(r"^Shell command: (.*)$", block, flags=re.M).group(1))
+    return jobs
 
 
 def test_rules_take_template_manifests_only_for_a_template_experiment(tmp_path: Path) -> None:
-    for experiment in ("plain", "tmpl"):
-        target = f"results/predictions/{experiment}"
-        on, off = _dry_run(tmp_path / f"{experiment}_on", True, target), _dry_run(tmp_path / f"{experiment}_off",
-                                                                                   False, target)
-        for module in ("train", "predict"):
-            if experiment == "plain":  # same command whether the template stage runs or not
-                assert _command(on, module) == _command(off, module)
-                assert "--templates-dir" not in _command(on, module)
-            else:
-                assert " --templates-dir data/templates/features " in _command(on, module)
-                assert "--templates-dir" not in _command(off, module)
-        manifests = set(re.findall(r"data/templates/features/shards/\w\.tsv", on))
-        assert manifests == ({"data/templates/features/shards/a.tsv", "data/templates/features/shards/b.tsv",
-                              "data/templates/features/shards/c.tsv"} if experiment == "tmpl" else set())
+    on, off = _jobs(tmp_path / "on", True), _jobs(tmp_path / "off", False)
+    assert set(on) == set(off) == {(r, e) for r in ("train", "predict") for e in ("plain", "tmpl")}
+    manifest = "data/templates/features/shards/{}.tsv".format
+    for rule, shards in (("train", "ab"), ("predict", "ac")):  # train + val / train + test shards
+        assert on[rule, "plain"] == off[rule, "plain"]  # inputs and command as without the stage
+        assert "--templates-dir" not in on[rule, "plain"][1] and "--templates-dir" not in off[rule, "tmpl"][1]
+        assert " --templates-dir data/templates/features " in on[rule, "tmpl"][1]
+        assert on[rule, "tmpl"][0] - off[rule, "tmpl"][0] == {manifest(s) for s in shards}
+        assert not any("templates" in path for path in on[rule, "plain"][0] | off[rule, "tmpl"][0])
+
+
+def test_train_and_predict_clis_read_templates(pdb_mirror: Path, tmp_path: Path, caplog) -> None:
+    from foldworks.predict.__main__ import main as predict_main
+    from foldworks.train.__main__ import main as train_main
+
+    cache = tmp_path / "cache"
+    build_feature_cache(pdb_mirror, cache, ("1crn", "1l2y", "5pti", "2igd", "1ubq"))
+    table = pd.read_parquet(cache / "chains.parquet")
+    targets = [f"{e}_{c}" for e, c in zip(table["entry"], table["chain"])]
+    lacking = targets[int(np.flatnonzero(table["split"].isin(["train", "val"]).to_numpy())[0])]
+
+    def write(target: str, count: int) -> None:
+        _write_templates(tmp_path / "templates", target, load_feature_file(cache / "features" / f"{target}.npz"),
+                         count)
+
+    for count, target in enumerate(t for t in targets if t != lacking):  # 0, 1, 2, 3 templates
+        write(target, count)
+    params = {"model": "evoformer", "model_config": {"preset": "cpu_small", "num_recycle": 0,
+                                                      "num_evoformer_blocks": 1,
+                                                      "data": {"max_msa_clusters": 8, "max_extra_msa": 8}},
+              "data": {"crop_size": 16, "batch_size": 2, "max_msa_rows": 8},
+              "trainer": {"max_steps": 2, "val_every_n_steps": 2, "warmup_steps": 1}}
+    out = tmp_path / "ckpt"
+    args = ["--experiment", "tm", "--params", json.dumps(params), "--chains", str(cache / "chains.parquet"),
+            "--features-dir", str(cache / "features"), "--out-dir", str(out), "--threads", "1",
+            "--templates-dir", str(tmp_path / "templates")]
+    assert train_main(args) == 1 and lacking in caplog.text and not (out / "best.ckpt").exists()
+    write(lacking, 3)
+    assert train_main(args) == 0
+    pred = tmp_path / "pred"
+    predict_args = ["--checkpoint", str(out / "best.ckpt"), "--chains", str(cache / "chains.parquet"),
+                    "--features-dir", str(cache / "features"), "--out-dir", str(pred), "--splits", "train,val,test",
+                    "--templates-dir", str(tmp_path / "templates")]
+    (tmp_path / "templates" / f"{lacking}.npz").unlink()
+    caplog.clear()
+    assert predict_main(predict_args) == 1 and lacking in caplog.text and not (pred / "index.tsv").exists()
+    write(lacking, 3)
+    assert predict_main(predict_args) == 0
+    assert len(pd.read_csv(pred / "index.tsv", sep="\t")) == len(targets)
