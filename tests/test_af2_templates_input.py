@@ -281,3 +281,13 @@ def test_train_and_predict_clis_read_templates(pdb_mirror: Path, tmp_path: Path,
     write(lacking, 3)
     assert predict_main(predict_args) == 0
     assert len(pd.read_csv(pred / "index.tsv", sep="\t")) == len(targets)
+
+
+def test_which_experiments_use_templates() -> None:
+    from foldworks.train.run import uses_templates
+
+    assert not uses_templates({"model": "distogram", "model_config": {}})
+    assert not uses_templates({"model": "evoformer", "model_config": {"preset": "cpu_small", "templates": False}})
+    assert not uses_templates({"model": "evoformer", "model_config": {"preset": "model_3"}})
+    assert uses_templates({"model": "evoformer", "model_config": {"preset": "model_1"}})
+    assert uses_templates({"model": "evoformer", "model_config": {"preset": "initial_training"}})
