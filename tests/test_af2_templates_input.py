@@ -156,7 +156,7 @@ def test_model_runs_on_template_features_and_reads_them(cache: Path, tmp_path: P
     assert torch.isfinite(out["final_atom_positions"]).all()
     assert not torch.allclose(out["final_atom_positions"], empty["final_atom_positions"])
 
-    from foldworks.train.data import load_templates, pick_templates
+    from foldworks.train.templates import load_templates, pick_templates
     top = pick_templates(load_templates(tmp_path, target), cfg.max_templates, None)
     whole = model_batch(model, feats, 1, top)
     assert whole["template_sum_probs"][0, 0, :, 0].tolist() == list(SUM_PROBS[:cfg.max_templates])

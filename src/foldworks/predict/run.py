@@ -27,8 +27,8 @@ from foldworks.inference.confidence import predicted_tm_score
 from foldworks.predict.memory import check_memory
 from foldworks.predict.writer import expected_pae, write_atom37_mmcif, write_ca_mmcif, write_pae_json
 from foldworks.train.checkpoint import model_from_checkpoint
-from foldworks.train.data import (collate, load_feature_file, load_templates, make_example, missing_template_files,
-                                  pick_templates, select_rows, select_targets)
+from foldworks.train.data import collate, load_feature_file, make_example, select_rows, select_targets
+from foldworks.train.templates import load_templates, missing_template_files, pick_templates
 
 log = logging.getLogger(__name__)
 INDEX_HEADER = ("target", "split", "length", "mean_plddt", "n_atoms", "mean_pae", "ptm")
