@@ -77,23 +77,23 @@ def test_training_items_carry_a_random_subset_of_templates_on_the_crop(cache: Pa
     feats = load_feature_file(path)
     _write_templates(tmp_path, target, feats, count=3)
     train = Af2ChainDataset([(target, path)], CFG, seed=5, train=True, templates_dir=tmp_path)
-    item = train[(0, 0, 0)]
-    index = item["residue_index"][0]
-    assert len(index) == 16 and item["template_all_atom_positions"].shape == (2, 2, 16, 37, 3)
-    assert item["template_aatype"].shape == (2, 2, 16) and item["template_mask"].tolist() == [[1, 1], [1, 1]]
-    expected_aatype = template_aatype(str(feats["sequence"]))[index]
-    assert np.array_equal(item["template_aatype"][0, 0], expected_aatype)  # the crop's residues
-    assert np.array_equal(item["aatype"][0], feats["aatype"][index])
     subsets = set()
-    for slot in range(12):
-        drawn = train[(0, slot, 0)]
-        hits = tuple(_hit_of_slot(drawn, feats, t) for t in range(2))
-        assert len(set(hits)) == 2 and all(drawn["template_sum_probs"][0, t, 0] == SUM_PROBS[h]
+    for slot in range(40):
+        item = train[(0, slot, 0)]
+        index = item["residue_index"][0]
+        assert len(index) == 16 and item["template_all_atom_positions"].shape == (2, 2, 16, 37, 3)
+        assert item["template_aatype"].shape == (2, 2, 16) and np.array_equal(item["aatype"][0], feats["aatype"][index])
+        k = int(item["template_mask"][0].sum())
+        assert item["template_mask"][0].tolist() == [1.0] * k + [0.0] * (2 - k)  # T <= max_templates, real first
+        hits = tuple(_hit_of_slot(item, feats, t) for t in range(k))
+        assert len(set(hits)) == k and all(item["template_sum_probs"][0, t, 0] == SUM_PROBS[h]
                                            for t, h in enumerate(hits))
-        subsets.add(hits)
+        if k:  # the template's residues are the crop's
+            assert np.array_equal(item["template_aatype"][0, 0], template_aatype(str(feats["sequence"]))[index])
         again = train[(0, slot, 0)]
-        assert all(np.array_equal(drawn[k], again[k]) for k in drawn)  # seeded: a resumed run redraws it
-    assert len(subsets) >= 3  # random subsets, not always the top hits
+        assert all(np.array_equal(item[key], again[key]) for key in item)  # seeded: a resumed run redraws it
+        subsets.add(hits)
+    assert {len(h) for h in subsets} == {0, 1, 2} and len(subsets) >= 6  # AF2's k = min(U{0..T}, max)
 
     val = Af2ChainDataset([(target, path)], dataclasses.replace(CFG, crop_size=None), seed=5, train=False,
                           templates_dir=tmp_path)
@@ -146,8 +146,8 @@ def test_model_runs_on_template_features_and_reads_them(cache: Path, tmp_path: P
     target, path = _targets(cache)[0]
     feats = load_feature_file(path)
     _write_templates(tmp_path, target, feats, count=3)
-    cfg = model.af2_data_config(True, 16)
-    item = Af2ChainDataset([(target, path)], cfg, seed=2, train=True, templates_dir=tmp_path)[(0, 0, 0)]
+    cfg = model.af2_data_config(False)  # inference: the top hits
+    item = Af2ChainDataset([(target, path)], cfg, seed=2, train=False, templates_dir=tmp_path)[(0, 0)]
     batch = collate_af2([item])
     assert batch["template_mask"].shape == (1, 2, cfg.max_templates) and batch["template_mask"].all()
     with torch.no_grad():

@@ -41,13 +41,15 @@ def load_templates(templates_dir: Path, target: str) -> dict[str, np.ndarray]:
 
 def pick_templates(templates: dict[str, np.ndarray], max_templates: int,
                    rng: np.random.Generator | None) -> dict[str, np.ndarray]:
-    """At most ``max_templates`` of ``templates`` (hits best ``sum_probs`` first, ``[T, ...]``).
+    """The templates one sample sees, from ``templates`` (hits best ``sum_probs`` first, ``[T, ...]``).
 
-    Inference (``rng`` None): the first ``max_templates``, as AF2 takes its top hits. Training: a
-    uniformly random subset of ``min(T, max_templates)`` hits in random order, as OpenFold's
-    template subsampling does when cropping (AF2 supp. 1.2.3 draws training templates at random
-    from the hits)."""
+    Inference (``rng`` None): the top ``min(T, max_templates)`` hits. Training (AF2 supp. 1.2.3):
+    ``k = min(U{0..T}, max_templates)`` hits chosen uniformly at random, in random order; the
+    template stage already keeps at most ``templates.max_hits`` (AF2: 20) per chain."""
     count = int(templates["template_aatype"].shape[0])
-    keep = min(count, int(max_templates))
-    order = np.arange(keep) if rng is None else rng.permutation(count)[:keep]
+    if rng is None:
+        order = np.arange(min(count, int(max_templates)))
+    else:
+        keep = min(int(rng.integers(0, count + 1)), int(max_templates))
+        order = rng.permutation(count)[:keep]
     return {key: np.asarray(value)[order] for key, value in templates.items()}
