@@ -241,6 +241,12 @@ config["experiments"] = json.loads({experiments!r})
 def features_of(splits):
     return ["data/features/a.npz"]
 
+def template_manifests_of(experiment, splits):  # no template stage here
+    return []
+
+def templates_arg(experiment):
+    return ""
+
 wildcard_constraints:
     experiment="parent|child"
 

@@ -43,6 +43,12 @@ def features_of(splits):
     chosen = table[table["split"].isin(splits)]
     return sorted(f"data/features/{{e}}_{{c}}.npz" for e, c in zip(chosen["entry"], chosen["chain"]))
 
+def template_manifests_of(experiment, splits):  # no template stage here
+    return []
+
+def templates_arg(experiment):
+    return ""
+
 wildcard_constraints:
     experiment="tiny"
 

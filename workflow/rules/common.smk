@@ -124,6 +124,38 @@ def features_of(splits) -> list[str]:
     return manifests("data/features", sorted(keys))
 
 
+#: Where the template stage writes per-chain features (templates.smk); read by train and predict.
+TEMPLATE_FEATURES_DIR = "data/templates/features"
+
+
+@functools.lru_cache(maxsize=None)
+def _experiment_uses_templates(name: str) -> bool:
+    from foldworks.train.run import uses_templates
+
+    return uses_templates(config["experiments"][name])
+
+
+def experiment_templates(experiment: str) -> bool:
+    """Whether ``experiment`` reads template features: the template stage is enabled and its model
+    config uses templates."""
+    return bool(TEMPLATES_ENABLED) and _experiment_uses_templates(experiment)
+
+
+def template_manifests_of(experiment: str, splits) -> list[str]:
+    """Template feature manifests of the entry shards holding a passed target of ``splits`` when
+    ``experiment`` reads templates, else none (so the rule's inputs are as without templates)."""
+    if not experiment_templates(experiment):
+        return []
+    index = _chain_index()
+    keys = set().union(*(index.shards_of_split.get(split, []) for split in splits))
+    return manifests(TEMPLATE_FEATURES_DIR, sorted(keys))
+
+
+def templates_arg(experiment: str) -> str:
+    """`` --templates-dir DIR`` for an experiment that reads templates, else an empty string."""
+    return f" --templates-dir {TEMPLATE_FEATURES_DIR}" if experiment_templates(experiment) else ""
+
+
 def all_msas(wildcards) -> list[str]:
     return manifests("data/msa", _chain_index().msa)
 

@@ -8,6 +8,7 @@ rule predict:
         checkpoint="results/checkpoints/{experiment}/best.ckpt",
         table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "test"]),
+        templates=lambda wildcards: template_manifests_of(wildcards.experiment, ["train", "test"]),
     output:
         directory("results/predictions/{experiment}"),
     params:
@@ -15,7 +16,10 @@ rule predict:
         train_subset=config["predict"]["train_subset"],
         max_memory_gb=config["predict"].get("max_memory_gb", 0),
         precision=config["predict"].get("precision", "fp32"),
-        chunk=(f" --chunk-size {config['predict']['chunk_size']}" if config["predict"].get("chunk_size") else ""),
+        # Trailing options: --chunk-size and, for a template model, --templates-dir (one param, so an
+        # experiment without templates keeps its params and command text: no rerun).
+        chunk=lambda wildcards: (f" --chunk-size {config['predict']['chunk_size']}"
+                                 if config["predict"].get("chunk_size") else "") + templates_arg(wildcards.experiment),
         code=code_hash("predict", "models", "train"),
         design=lambda wildcards: design_params(config, EXPERIMENT_TASKS, wildcards.experiment),
     threads: 2

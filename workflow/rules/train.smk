@@ -24,6 +24,7 @@ rule train:
         table="data/chains.parquet",
         features=lambda wildcards: features_of(["train", "val"]),
         init=lambda wildcards: init_inputs(config["experiments"], wildcards.experiment),
+        templates=lambda wildcards: template_manifests_of(wildcards.experiment, ["train", "val"]),
     output:
         best="results/checkpoints/{experiment}/best.ckpt",
         last="results/checkpoints/{experiment}/last.ckpt",
@@ -31,7 +32,10 @@ rule train:
         config="results/checkpoints/{experiment}/config.json",
     params:
         cfg=lambda wildcards: train_params(config["experiments"], wildcards.experiment),
-        init=lambda wildcards, input: f" --init-from {input.init[0]}" if input.init else "",
+        # Trailing options: --init-from and, for a template model, --templates-dir (one param, so an
+        # experiment without either keeps its params and command text: no rerun).
+        init=lambda wildcards, input: (f" --init-from {input.init[0]}" if input.init else "")
+        + templates_arg(wildcards.experiment),
         out_dir=lambda wildcards: f"results/checkpoints/{wildcards.experiment}",
         code=code_hash("train", "models"),
         launch=lambda wildcards, threads, resources: train_launch(threads, resources)[0],

@@ -1,4 +1,4 @@
-"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--precision fp32|bf16] [--device auto|cpu|cuda] [--chunk-size N] [--design JSON]``.
+"""CLI: ``python -m foldworks.predict --checkpoint C --chains P --features-dir D --out-dir D --splits test [--train-subset K] [--threads N] [--max-memory-gb G] [--precision fp32|bf16] [--device auto|cpu|cuda] [--chunk-size N] [--templates-dir D] [--design JSON]``.
 
 The checkpoint's family decides the output: a structure family writes mmCIF
 (:mod:`foldworks.predict.run`), a design family FASTA (:mod:`foldworks.predict.design`, sampled
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="attention rows per chunk (less memory for long chains; same results)")
+    parser.add_argument("--templates-dir", type=Path, default=None,
+                        help="data/templates/features: template features for a model that uses templates")
     parser.add_argument("--design", default="{}", help="design-family sampling settings as JSON (predict.design)")
     args = parser.parse_args(argv)
     setup_logging("predict")
@@ -51,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return _design(args, splits)
     try:
         rows = predict(args.checkpoint, args.chains, args.features_dir, args.out_dir, splits, args.train_subset,
-                       args.max_memory_gb, args.precision, args.device, args.chunk_size)
-    except ChainTooLarge as exc:
+                       args.max_memory_gb, args.precision, args.device, args.chunk_size, args.templates_dir)
+    except (ChainTooLarge, ValueError) as exc:  # too large, or a chain without template features
         logging.error("%s", exc)
         return 1
     logging.info("wrote %d predictions to %s", len(rows), args.out_dir)

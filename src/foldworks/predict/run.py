@@ -28,6 +28,7 @@ from foldworks.predict.memory import check_memory
 from foldworks.predict.writer import expected_pae, write_atom37_mmcif, write_ca_mmcif, write_pae_json
 from foldworks.train.checkpoint import model_from_checkpoint
 from foldworks.train.data import collate, load_feature_file, make_example, select_rows, select_targets
+from foldworks.train.templates import load_templates, missing_template_files, pick_templates
 
 log = logging.getLogger(__name__)
 INDEX_HEADER = ("target", "split", "length", "mean_plddt", "n_atoms", "mean_pae", "ptm")
@@ -44,29 +45,33 @@ def train_subset(targets: list[tuple[str, Path]], size: int) -> list[tuple[str, 
 PRECISIONS = ("fp32", "bf16")
 
 
-def model_batch(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int) -> dict[str, torch.Tensor]:
+def model_batch(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int,
+                templates: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
     """The whole-chain batch of one feature file for ``model``: AF2's processed features (all
-    recycles, no crop, seed 0) for a family with ``input_pipeline = "af2"``, else the padded batch
-    with the first ``max_msa_rows`` MSA rows."""
+    recycles, no crop, seed 0; ``templates``: the chain's template arrays, top hits kept) for a
+    family with ``input_pipeline = "af2"``, else the padded batch with the first ``max_msa_rows``
+    MSA rows."""
     if getattr(model, "input_pipeline", None) == "af2":
         from foldworks.features.af2 import Af2Chain, chain_from_feature_cache, make_af2_example
+        from foldworks.features.af2.pipeline import template_inputs
         from foldworks.train.data import collate_af2
 
         if "atom_positions" in feats:
-            chain = chain_from_feature_cache(feats, name=str(feats.get("target", "chain")))
+            chain = chain_from_feature_cache(feats, templates, name=str(feats.get("target", "chain")))
         else:  # a sequence without a structure (prediction from FASTA)
             chain = Af2Chain(name=str(feats.get("target", "chain")), aatype=np.asarray(feats["aatype"], np.int64),
                              msa=np.asarray(feats["msa"], np.int64),
                              deletion_matrix=np.asarray(feats["deletion_matrix"], np.float32),
                              residue_index=np.arange(len(feats["aatype"])),
-                             between_segment_residues=np.zeros(len(feats["aatype"]), np.int64))
+                             between_segment_residues=np.zeros(len(feats["aatype"]), np.int64),
+                             templates=None if templates is None else template_inputs(templates))
         return collate_af2([make_af2_example(chain, model.af2_data_config(False), 0, 0, False)])
     return collate([make_example(feats, None, max_msa_rows, None)])
 
 
 @torch.no_grad()
 def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_rows: int,
-                  precision: str = "fp32") -> dict[str, np.ndarray]:
+                  precision: str = "fp32", templates: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Whole-chain prediction on the model's device → numpy outputs of the first (only) chain:
     ``ca_coords [L, 3]`` Å, ``plddt [L]`` 0..1 and, where the family has them, ``atom37_coords
     [L, 37, 3]``, ``atom37_mask [L, 37]``, ``pae_logits [L, L, n_bins]``, ``pae_bin_centers
@@ -75,7 +80,7 @@ def predict_chain(model: torch.nn.Module, feats: dict[str, np.ndarray], max_msa_
     if precision not in PRECISIONS:
         raise ValueError(f"predict precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in model_batch(model, feats, max_msa_rows).items()}
+    batch = {k: v.to(device) for k, v in model_batch(model, feats, max_msa_rows, templates).items()}
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         outputs = model(batch)
     found = {}
@@ -119,14 +124,15 @@ def write_prediction(out_path: Path, sequence: str, target: str, outputs: dict[s
 
 def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, splits: Sequence[str],
             train_subset_size: int = 0, max_memory_gb: float = 0.0, precision: str = "fp32",
-            device: str = "auto", chunk_size: int | None = None) -> list[tuple]:
+            device: str = "auto", chunk_size: int | None = None, templates_dir: Path | None = None) -> list[tuple]:
     """Predict the chains of ``splits`` (+ a train subset); returns the ``index.tsv`` rows.
 
     ``max_memory_gb`` > 0: a chain whose estimated activation memory exceeds it is refused
     (:class:`foldworks.predict.memory.ChainTooLarge`, naming the chain and the memory needed)
     before anything runs. ``precision``: ``fp32`` or ``bf16``; ``device``: ``auto`` (CUDA when
     present) or a torch device; ``chunk_size``: attention rows per chunk for families that chunk
-    (less memory for long chains, same results).
+    (less memory for long chains, same results); ``templates_dir``: the template stage's
+    per-chain features, read (top ``max_templates`` hits) when the model uses templates.
     """
     model, config = model_from_checkpoint(checkpoint)
     if chunk_size is not None and hasattr(model, "set_chunk_size"):
@@ -144,12 +150,20 @@ def predict(checkpoint: Path, chains: Path, features_dir: Path, out_dir: Path, s
     lengths = dict(zip(known["target"], known["length"]))
     for _, target, _, _ in jobs:  # refuse before any work, not after hours of it
         check_memory(model, target, int(lengths[target]), max_msa_rows, max_memory_gb)
+    data_config = getattr(model, "data_config", None)
+    if templates_dir is not None and not (data_config is not None and data_config.use_templates):
+        templates_dir = None
+    if templates_dir is not None and (missing := missing_template_files([t for _, t, _, _ in jobs], templates_dir)):
+        raise ValueError(f"{len(missing)} chain(s) have no template features in {templates_dir}: "
+                         f"{', '.join(missing[:10])}")
     rows = []
     for split, target, path, out_path in jobs:
         feats = load_feature_file(path)
         sequence = str(feats["sequence"])
         try:
-            outputs = predict_chain(model, feats, max_msa_rows, precision)
+            templates = (None if templates_dir is None else
+                         pick_templates(load_templates(templates_dir, target), data_config.max_templates, None))
+            outputs = predict_chain(model, feats, max_msa_rows, precision, templates)
             n_atoms, mean_pae = write_prediction(out_path, sequence, target, outputs)
         except Exception as exc:
             raise RuntimeError(f"{target}: prediction failed: {exc}") from exc

@@ -1,5 +1,5 @@
 """CLI: ``python -m foldworks.train --experiment NAME --params JSON --chains P --features-dir D --out-dir D
-[--init-from CKPT] [--threads N] [--devices N] [--num-nodes N] [--strategy S] [--accelerator A] [--precision P]``.
+[--init-from CKPT] [--templates-dir D] [--threads N] [--devices N] [--num-nodes N] [--strategy S] [--accelerator A] [--precision P]``.
 
 Exit status: 0 done; 1 bad config/data or too many non-finite steps; 2 bad arguments;
 128 + signal number (143 SIGTERM, 138 SIGUSR1) when stopped by a signal after writing a resume
@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", required=True, help="results/checkpoints/NAME")
     parser.add_argument("--init-from", default=None,
                         help="parent checkpoint for an experiment with init_from (the workflow passes it)")
+    parser.add_argument("--templates-dir", default=None,
+                        help="data/templates/features: template features for a model that uses templates")
     parser.add_argument("--threads", type=int, default=1, help="cores: loader workers = threads - 1")
     parser.add_argument("--devices", type=int, default=0,
                         help="devices (GPUs, or CPU processes) per node; 0 = the experiment's trainer.devices")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         fit(experiment, params, args.chains, args.features_dir, args.out_dir, args.threads, overrides,
-            args.init_from or None)
+            args.init_from or None, args.templates_dir or None)
     except Preempted as exc:
         logging.warning("experiment %s: %s; rerun the same command to resume", experiment, exc)
         return 128 + int(exc.signum)

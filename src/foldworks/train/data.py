@@ -24,9 +24,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from foldworks.constants import CA_INDEX
 from foldworks.features.af2 import Af2DataConfig, chain_from_feature_cache, make_af2_example
+from foldworks.features.af2.draws import sample_rng
 from foldworks.features.af2.pipeline import RESIDUE_AXIS
 from foldworks.ids import target_id
 from foldworks.train.sampling import TrainBatchSampler, ValBatchSampler
+from foldworks.train.templates import (STREAM_TEMPLATES, load_templates, missing_template_files, pick_templates,
+                                       template_path)
 
 log = logging.getLogger(__name__)
 
@@ -298,23 +301,31 @@ class Af2ChainDataset(ChainDataset):
     like :class:`ChainDataset`. Training items: crop (``cfg.crop_size``), block deletion and MSA draws
     from ``(seed, epoch, slot)``; validation items: whole chains, draws from ``(seed, 0, index)``.
     Every array is ``[R, ...]`` (recycles first) except ``resolution`` (Å from ``resolutions``, a
-    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window)."""
+    target → Å mapping; 0 when unknown, which the loss treats as outside its resolution window).
+    ``templates_dir``: the template stage's ``{target}.npz`` files, read when the config uses
+    templates (:func:`pick_templates`; training draws from ``(seed, epoch, slot)``); None: no
+    template rows (the model sees ``template_mask`` 0)."""
 
     def __init__(self, targets: list[tuple[str, Path]], af2_config: Af2DataConfig, seed: int, train: bool,
-                 resolutions: dict[str, float] | None = None) -> None:
+                 resolutions: dict[str, float] | None = None, templates_dir: Path | None = None) -> None:
         super().__init__(targets, af2_config.crop_size, af2_config.num_clusters + af2_config.max_extra_msa, seed, train,
                          af2_config.spatial_crop_prob)
         self.af2_config = af2_config
         self.resolutions = resolutions or {}
+        self.templates_dir = Path(templates_dir) if templates_dir is not None and af2_config.use_templates else None
 
     def __getitem__(self, key: tuple[int, ...]) -> dict[str, np.ndarray]:
         epoch, slot, index = key if len(key) == 3 else (key[0], key[1], key[1])
         target, path = self.targets[index]
+        sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
+        templates = None
+        if self.templates_dir is not None:
+            rng = sample_rng(self.seed, sample, STREAM_TEMPLATES) if self.train else None
+            templates = pick_templates(load_templates(self.templates_dir, target), self.af2_config.max_templates, rng)
         try:
-            chain = chain_from_feature_cache(load_feature_file(path), name=target)
+            chain = chain_from_feature_cache(load_feature_file(path), templates, name=target)
         except Exception as exc:  # name the target in the error
             raise RuntimeError(f"{target}: cannot read features {path}: {exc}") from exc
-        sample = af2_sample_id(epoch, slot) if self.train else af2_sample_id(0, index)
         example = make_af2_example(chain, self.af2_config, self.seed, sample, self.train)
         resolution = self.resolutions.get(target, 0.0)
         example["resolution"] = np.asarray(0.0 if not np.isfinite(resolution) else resolution, np.float32)
@@ -344,18 +355,37 @@ def collate_af2(examples: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor
 class Af2FeatureDataModule(FeatureDataModule):
     """:class:`FeatureDataModule` whose loaders yield AF2 batches (:class:`Af2ChainDataset`,
     :func:`collate_af2`); ``af2_config`` is a :class:`foldworks.features.af2.Af2DataConfig`. Crop
-    size and spatial-crop probability come from the data config as for the other families."""
+    size and spatial-crop probability come from the data config as for the other families.
+    ``templates_dir``: template features of every train/val chain (checked up front when the
+    config uses templates; a missing file is a ``ValueError`` naming the chains)."""
 
-    def __init__(self, *args: Any, af2_config: Af2DataConfig, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, af2_config: Af2DataConfig, templates_dir: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.af2_config = af2_config
+        self.templates_dir = Path(templates_dir) if templates_dir is not None and af2_config.use_templates else None
+        if self.templates_dir is not None:
+            targets = [t for t, _ in self.train_targets + self.val_targets]
+            missing = missing_template_files(targets, self.templates_dir)
+            if missing:
+                raise ValueError(f"{len(missing)} chain(s) have no template features in {self.templates_dir}: "
+                                 f"{', '.join(missing[:10])}")
+
+    def feature_set_hash(self) -> str:
+        """As :meth:`FeatureDataModule.feature_set_hash`; with templates, their files' name and size
+        enter it too (new template features restart the run rather than resume it)."""
+        base = super().feature_set_hash()
+        if self.templates_dir is None:
+            return base
+        paths = [template_path(self.templates_dir, t) for t, _ in self.train_targets + self.val_targets]
+        return hashlib.sha256(f"{base}+templates:{feature_set_hash(paths)}".encode()).hexdigest()
 
     def _loader(self, dataset: ChainDataset, batch_sampler: Any) -> DataLoader:
         cfg = dataclasses.replace(self.af2_config, crop_size=dataset.crop_size if dataset.train else None,
                       spatial_crop_prob=dataset.spatial_crop_prob)
         rows = pd.concat([self.train_rows, self.val_rows])
         af2 = Af2ChainDataset(dataset.targets, cfg, dataset.seed, dataset.train,
-                              dict(zip(rows["target"], rows["resolution"])))
+                              dict(zip(rows["target"], rows["resolution"])), self.templates_dir)
         return DataLoader(af2, batch_sampler=batch_sampler, collate_fn=collate_af2, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
                           generator=torch.Generator().manual_seed(self.seed),

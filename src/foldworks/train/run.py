@@ -139,12 +139,14 @@ def _hardware(cfg: dict[str, Any]) -> tuple[str, str]:
 
 
 def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Path, out_dir: Path,
-        threads: int = 1, overrides: dict[str, Any] | None = None, init_checkpoint: Path | None = None
-        ) -> dict[str, Any]:
+        threads: int = 1, overrides: dict[str, Any] | None = None, init_checkpoint: Path | None = None,
+        templates_dir: Path | None = None) -> dict[str, Any]:
     """Train one experiment (resuming when possible) and write its outputs; returns the resolved config.
 
     ``init_checkpoint``: the parent checkpoint when the experiment has ``init_from`` (resolved by
     the workflow; its content hash enters the run hash, so a retrained parent restarts the child).
+    ``templates_dir``: the template stage's per-chain features, read by families whose model config
+    uses templates (ignored otherwise).
 
     Raises :class:`Preempted` after a stop signal (a resume checkpoint was written),
     :class:`foldworks.train.module.NonFiniteError`, or ``ValueError`` for a bad config/data set.
@@ -164,7 +166,7 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
     L.seed_everything(seed, workers=True, verbose=False)
     accumulate = int(cfg["accumulate_grad_batches"])
     data = make_data_module(config, chains, features_dir, seed, workers, int(cfg["max_steps"]) * accumulate,
-                            accumulate)
+                            accumulate, templates_dir)
     features_hash = data.feature_set_hash()
     init_path = _init_checkpoint(experiment, config, init_checkpoint)
     rhash = run_hash(config, features_hash if init_path is None else f"{features_hash}+{file_digest(init_path)}")
@@ -203,10 +205,12 @@ def fit(experiment: str, params: dict[str, Any], chains: Path, features_dir: Pat
 
 
 def make_data_module(config: dict[str, Any], chains: Path, features_dir: Path, seed: int, workers: int,
-                     total_micro_batches: int, accumulate: int) -> FeatureDataModule:
+                     total_micro_batches: int, accumulate: int, templates_dir: Path | None = None
+                     ) -> FeatureDataModule:
     """The family's data path: :class:`Af2FeatureDataModule` for a family with
-    ``input_pipeline = "af2"`` (its input-pipeline settings, the experiment's crop), else the
-    shared padded-batch pipeline."""
+    ``input_pipeline = "af2"`` (its input-pipeline settings, the experiment's crop, template
+    features from ``templates_dir`` when its config uses templates), else the shared padded-batch
+    pipeline."""
     from foldworks.models import MODEL_REGISTRY
 
     family = MODEL_REGISTRY.get(config["model"])
@@ -216,7 +220,20 @@ def make_data_module(config: dict[str, Any], chains: Path, features_dir: Path, s
         model = family(**config["model_config"])
     af2 = model.af2_data_config(True, int(config["data"]["crop_size"]), float(config["data"]["spatial_crop_prob"]))
     return Af2FeatureDataModule(chains, features_dir, config["data"], seed, workers, total_micro_batches, accumulate,
-                                af2_config=af2)
+                                af2_config=af2, templates_dir=templates_dir)
+
+
+def uses_templates(spec: dict[str, Any]) -> bool:
+    """Whether an experiment's model reads template features (an ``af2`` input pipeline whose
+    resolved model config has templates on); sizes only, no weights allocated."""
+    from foldworks.models import MODEL_REGISTRY
+
+    family = MODEL_REGISTRY.get(spec.get("model"))
+    if family is None or getattr(family, "input_pipeline", None) != "af2":
+        return False
+    with torch.device("meta"):
+        model = family(**spec.get("model_config", {}))
+    return bool(model.data_config.use_templates)
 
 
 def _init_checkpoint(experiment: str, config: dict[str, Any], given: Path | None) -> Path | None:
