@@ -1,4 +1,4 @@
-"""Automatic cache-sized attention chunks on CPU: used only without gradients, same results."""
+"""Automatic cache-sized attention chunks on CPU: same outputs, and with gradients the same gradients."""
 
 from __future__ import annotations
 
@@ -29,10 +29,12 @@ def test_cpu_chunk_rows_bounds_the_logits_per_chunk() -> None:
     assert cpu_chunk_rows(torch.zeros(2, 4096, 8), torch.zeros(2, 4096, 8), num_heads=8) == 1
 
 
-def test_automatic_chunks_match_unchunked_and_skip_training(monkeypatch) -> None:
+def test_automatic_chunks_match_unchunked(monkeypatch) -> None:
     att, x, biases = _attention_inputs()
+    monkeypatch.setattr(att, "chunk_size", 9)  # one call: the reference
     with torch.no_grad():
         whole = att(x, x, biases)
+    monkeypatch.setattr(att, "chunk_size", None)
     calls = []
     original = att._attend
     monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
@@ -41,7 +43,27 @@ def test_automatic_chunks_match_unchunked_and_skip_training(monkeypatch) -> None
         chunked = att(x, x, biases)
     assert calls == [2, 2, 2, 2, 1]
     torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
-    calls.clear()
-    with_grad = att(x, x, biases)  # gradients on: one unchunked call
-    assert calls == [9]
-    torch.testing.assert_close(with_grad.detach(), whole, rtol=1e-6, atol=1e-6)
+
+
+def _grads(att: Attention, x: torch.Tensor, biases: list[torch.Tensor]) -> list[torch.Tensor]:
+    att.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_(True)
+    tri = biases[1].clone().requires_grad_(True)
+    out = att(x, x, [biases[0], tri])
+    (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+    return [out.detach(), x.grad, tri.grad] + [p.grad for p in att.parameters()]
+
+
+def test_chunks_with_gradients_give_the_unchunked_gradients(monkeypatch) -> None:
+    att, x, biases = _attention_inputs()
+    monkeypatch.setattr(att, "chunk_size", 9)
+    whole = _grads(att, x, biases)
+    monkeypatch.setattr(att, "chunk_size", None)
+    calls = []
+    original = att._attend
+    monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
+    monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS_GRAD", 4 * 2 * 7 * 7)  # four rows per chunk
+    chunked = _grads(att, x, biases)
+    assert calls == [4, 4, 1]
+    for a, b in zip(chunked, whole):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -63,15 +63,18 @@ def mask_bias(mask: Tensor) -> Tensor:
 # Attention logits per chunk on CPU (float32 elements, ~1 MiB): the logits, bias add, softmax and
 # value product of a chunk then stay in the core's cache instead of streaming through memory.
 CPU_CHUNK_LOGITS = 1 << 18
+# With gradients each chunk also keeps its softmax for the backward, and many small chunks cost more
+# in per-chunk overhead than they save: 2^20 logits per chunk (bench/af2_step.md).
+CPU_CHUNK_LOGITS_GRAD = 1 << 20
 
 
-def cpu_chunk_rows(q_x: Tensor, kv_x: Tensor, num_heads: int) -> int:
+def cpu_chunk_rows(q_x: Tensor, kv_x: Tensor, num_heads: int, limit: int = CPU_CHUNK_LOGITS) -> int:
     """Rows (dim -3 of ``q_x [*, R, Q, c]``) per chunk so that one chunk's logits ``[*, r, H, Q, K]``
-    hold at most :data:`CPU_CHUNK_LOGITS` elements (at least one row)."""
+    hold at most ``limit`` elements (at least one row)."""
     if q_x.dim() < 3:
         return 1
     per_row = math.prod(q_x.shape[:-3]) * num_heads * q_x.shape[-2] * kv_x.shape[-2]
-    return max(1, CPU_CHUNK_LOGITS // max(per_row, 1))
+    return max(1, limit // max(per_row, 1))
 
 
 class Attention(nn.Module):
@@ -93,23 +96,29 @@ class Attention(nn.Module):
         self.linear_g = Linear(c_q, hc, init="gating") if gating else None
 
     # Rows (dim -3 of the inputs) processed per step; None = all at once, except cache-sized chunks
-    # on CPU without gradients (see :func:`cpu_chunk_rows`; with gradients the backward of each
-    # chunk's slices would fill full-size zero tensors). Chunking changes no result.
+    # on CPU (see :func:`cpu_chunk_rows`). Chunking changes no result. The chunks are views from
+    # ``split``, whose backward concatenates the chunks' gradients (slicing would fill a full-size
+    # zero tensor per chunk).
     chunk_size: int | None = None
 
     def forward(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
         rows = q_x.shape[-3] if q_x.dim() >= 3 else 1
         chunk = self.chunk_size
-        if chunk is None and q_x.device.type == "cpu" and not torch.is_grad_enabled():
-            chunk = cpu_chunk_rows(q_x, kv_x, self.num_heads)
+        if chunk is None and q_x.device.type == "cpu":
+            limit = CPU_CHUNK_LOGITS_GRAD if torch.is_grad_enabled() else CPU_CHUNK_LOGITS
+            chunk = cpu_chunk_rows(q_x, kv_x, self.num_heads, limit)
         if chunk is None or rows <= chunk:
             return self._attend(q_x, kv_x, biases)
-        outs = []
-        for start in range(0, rows, chunk):
-            part = slice(start, start + chunk)
-            chunk_biases = [b[..., part, :, :, :] if b.dim() >= 4 and b.shape[-4] > 1 else b for b in biases]
-            kv = kv_x[..., part, :, :] if kv_x.dim() >= 3 and kv_x.shape[-3] > 1 else kv_x
-            outs.append(self._attend(q_x[..., part, :, :], kv, chunk_biases))
+        n = -(-rows // chunk)
+
+        def split(x: Tensor, dim: int) -> list[Tensor] | tuple[Tensor, ...]:
+            if x.dim() >= -dim and x.shape[dim] > 1:
+                return x.split(chunk, dim=dim)
+            return [x] * n
+
+        qs, kvs = q_x.split(chunk, dim=-3), split(kv_x, -3)
+        bias_chunks = [split(b, -4) for b in biases]
+        outs = [self._attend(qs[i], kvs[i], [b[i] for b in bias_chunks]) for i in range(n)]
         return torch.cat(outs, dim=-3)
 
     def _attend(self, q_x: Tensor, kv_x: Tensor, biases: list[Tensor]) -> Tensor:
