@@ -5,7 +5,8 @@ Index conventions (AF2 ``residue_constants``): residue types 0..19 follow ``fold
 group tables are all zero, as in AF2). Atom37 order is ``foldworks.constants.ATOM_TYPES``; the
 per-residue atom14 order is :data:`ATOM14_NAMES`.
 
-Tables (``numpy``, built once at import):
+Tables (``numpy``, derived once at import from the model's :mod:`foldworks.models.af2.residue_constants`,
+which gives UNK a backbone and uses boolean masks; here masks are float32 and UNK is empty):
 
 * ``ATOM14_TO_ATOM37 [21, 14]`` int64 (0 where absent), ``ATOM14_MASK [21, 14]``, ``ATOM37_MASK [21, 37]``.
 * ``CHI_ATOM37 [21, 4, 4]`` atom37 indices of each chi's four atoms, ``CHI_MASK [21, 4]``,
@@ -32,30 +33,9 @@ PRO = RESTYPES.index("P")
 CA37 = ATOM_ORDER["CA"]
 CB37 = ATOM_ORDER["CB"]
 
-#: Atom14 slot names per residue (AF2's ``restype_name_to_atom14_names``); UNK has none.
+#: Atom14 slot names per residue (the model's, AF2's ``restype_name_to_atom14_names``); UNK has none.
 ATOM14_NAMES: dict[str, tuple[str, ...]] = {
-    "ALA": ("N", "CA", "C", "O", "CB"),
-    "ARG": ("N", "CA", "C", "O", "CB", "CG", "CD", "NE", "CZ", "NH1", "NH2"),
-    "ASN": ("N", "CA", "C", "O", "CB", "CG", "OD1", "ND2"),
-    "ASP": ("N", "CA", "C", "O", "CB", "CG", "OD1", "OD2"),
-    "CYS": ("N", "CA", "C", "O", "CB", "SG"),
-    "GLN": ("N", "CA", "C", "O", "CB", "CG", "CD", "OE1", "NE2"),
-    "GLU": ("N", "CA", "C", "O", "CB", "CG", "CD", "OE1", "OE2"),
-    "GLY": ("N", "CA", "C", "O"),
-    "HIS": ("N", "CA", "C", "O", "CB", "CG", "ND1", "CD2", "CE1", "NE2"),
-    "ILE": ("N", "CA", "C", "O", "CB", "CG1", "CG2", "CD1"),
-    "LEU": ("N", "CA", "C", "O", "CB", "CG", "CD1", "CD2"),
-    "LYS": ("N", "CA", "C", "O", "CB", "CG", "CD", "CE", "NZ"),
-    "MET": ("N", "CA", "C", "O", "CB", "CG", "SD", "CE"),
-    "PHE": ("N", "CA", "C", "O", "CB", "CG", "CD1", "CD2", "CE1", "CE2", "CZ"),
-    "PRO": ("N", "CA", "C", "O", "CB", "CG", "CD"),
-    "SER": ("N", "CA", "C", "O", "CB", "OG"),
-    "THR": ("N", "CA", "C", "O", "CB", "OG1", "CG2"),
-    "TRP": ("N", "CA", "C", "O", "CB", "CG", "CD1", "CD2", "NE1", "CE2", "CE3", "CZ2", "CZ3", "CH2"),
-    "TYR": ("N", "CA", "C", "O", "CB", "CG", "CD1", "CD2", "CE1", "CE2", "CZ", "OH"),
-    "VAL": ("N", "CA", "C", "O", "CB", "CG1", "CG2"),
-    "UNK": (),
-}
+    name: () if name == "UNK" else tuple(names) for name, names in _model_rc.ATOM14_NAMES.items()}
 
 # Chi atoms (supp. Table 2), pi-periodic chis and renaming swaps (supp. 1.8.5): the model's tables.
 CHI_ATOMS = _model_rc.CHI_ATOMS
@@ -80,48 +60,28 @@ def resnames() -> list[str]:
 
 
 def _atom_tables(t: dict[str, np.ndarray]) -> None:
-    t["ATOM14_TO_ATOM37"] = np.zeros((NUM_RESTYPES, 14), np.int64)
-    t["ATOM14_MASK"] = np.zeros((NUM_RESTYPES, 14), np.float32)
-    t["ATOM37_MASK"] = np.zeros((NUM_RESTYPES, 37), np.float32)
+    real = (np.arange(NUM_RESTYPES) != UNK)[:, None]  # the model's tables give UNK a backbone
+    t["ATOM14_TO_ATOM37"] = _model_rc.ATOM14_TO_ATOM37 * real
+    t["ATOM14_MASK"] = (_model_rc.ATOM14_MASK & real).astype(np.float32)
+    t["ATOM37_MASK"] = (_model_rc.ATOM37_MASK & real).astype(np.float32)
     t["ATOM14_VDW_RADIUS"] = np.zeros((NUM_RESTYPES, 14), np.float32)
-    t["ATOM14_RENAMING"] = np.tile(np.eye(14, dtype=np.float32), (NUM_RESTYPES, 1, 1))
-    t["ATOM14_IS_AMBIGUOUS"] = np.zeros((NUM_RESTYPES, 14), np.float32)
     for r, name in enumerate(resnames()):
         for i, atom in enumerate(ATOM14_NAMES[name]):
-            t["ATOM14_TO_ATOM37"][r, i] = ATOM_ORDER[atom]
-            t["ATOM14_MASK"][r, i] = 1.0
-            t["ATOM37_MASK"][r, ATOM_ORDER[atom]] = 1.0
             t["ATOM14_VDW_RADIUS"][r, i] = VDW_RADIUS[atom[0]]
-        atoms = ATOM14_NAMES[name]
-        for a, b in RENAMING_SWAPS.get(name, {}).items():
-            i, j = atoms.index(a), atoms.index(b)
-            t["ATOM14_RENAMING"][r, [i, j, i, j], [i, j, j, i]] = (0.0, 0.0, 1.0, 1.0)
-            t["ATOM14_IS_AMBIGUOUS"][r, [i, j]] = 1.0
+    t["ATOM14_RENAMING"] = np.eye(14, dtype=np.float32)[_model_rc.ATOM14_AMBIGUOUS_SWAP]
+    t["ATOM14_IS_AMBIGUOUS"] = _model_rc.ATOM14_IS_AMBIGUOUS.astype(np.float32)
 
 
 def _chi_and_group_tables(t: dict[str, np.ndarray]) -> None:
-    t["CHI_ATOM37"] = np.zeros((NUM_RESTYPES, 4, 4), np.int64)
-    t["CHI_MASK"] = np.zeros((NUM_RESTYPES, 4), np.float32)
-    t["CHI_PI_PERIODIC"] = np.zeros((NUM_RESTYPES, 4), np.float32)
-    t["GROUP_BASE_ATOM37"] = np.zeros((NUM_RESTYPES, 8, 3), np.int64)
-    t["GROUP_EXISTS"] = np.zeros((NUM_RESTYPES, 8), np.float32)
-    t["GROUP_IS_AMBIGUOUS"] = np.zeros((NUM_RESTYPES, 8), np.float32)
-    t["GROUP_EXISTS"][:, 0] = 1.0  # backbone and psi groups exist for every type, UNK included (as AF2)
-    t["GROUP_EXISTS"][:, 3] = 1.0
-    for r, name in enumerate(resnames()):
-        for c, atoms in enumerate(CHI_ATOMS[name]):
-            t["CHI_ATOM37"][r, c] = [ATOM_ORDER[a] for a in atoms]
-            t["CHI_MASK"][r, c] = 1.0
-            t["GROUP_BASE_ATOM37"][r, 4 + c] = [ATOM_ORDER[a] for a in atoms[1:]]
-            t["GROUP_EXISTS"][r, 4 + c] = 1.0
-        if name == "UNK":
-            continue  # AF2 leaves UNK's base atoms at index 0 (N): a degenerate, unused frame
-        t["GROUP_BASE_ATOM37"][r, 0] = [ATOM_ORDER[a] for a in ("C", "CA", "N")]
-        t["GROUP_BASE_ATOM37"][r, 3] = [ATOM_ORDER[a] for a in ("CA", "C", "O")]
-        if name in RENAMING_SWAPS:
-            t["GROUP_IS_AMBIGUOUS"][r, 3 + len(CHI_ATOMS[name])] = 1.0
-    for name, c in PI_PERIODIC_CHIS:
-        t["CHI_PI_PERIODIC"][resnames().index(name), c] = 1.0
+    t["CHI_ATOM37"] = _model_rc.CHI_ATOM37.copy()
+    t["CHI_MASK"] = _model_rc.CHI_MASK.astype(np.float32)
+    t["CHI_PI_PERIODIC"] = _model_rc.CHI_PI_PERIODIC.astype(np.float32)
+    t["GROUP_EXISTS"] = _model_rc.GROUP_EXISTS.astype(np.float32)  # backbone and psi exist for UNK too
+    t["GROUP_IS_AMBIGUOUS"] = _model_rc.GROUP_AMBIGUOUS.astype(np.float32)
+    base = _model_rc.GROUP_BASE_ATOM37.copy()
+    base[:, 0] = base[:, 0, ::-1]  # the loss builds the backbone frame from (C, CA, N)
+    base[UNK, [0, 3]] = 0  # AF2 leaves UNK's base atoms at index 0 (N): a degenerate, unused frame
+    t["GROUP_BASE_ATOM37"] = base
 
 
 def _build() -> dict[str, np.ndarray]:
