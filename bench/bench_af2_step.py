@@ -12,11 +12,16 @@ Configurations:
   (recycles = the feature file's leading dimension). Training supervision is the case's
   ``loss_batch.npz`` (ground truth of the final recycle); OpenFold's figures come from the case's
   ``openfold_compare.json``;
-- the full-size ``model_1_ptm`` preset (random AF2 initialisation) at crops ``--full-crops``, one
-  recycle, with activation checkpointing per Evoformer / extra-MSA block in training. Input: random
-  features of AF2's layout (``--clusters`` MSA clusters, ``--extra`` extra-MSA rows, ``--templates``
-  template slots); the sequence, ground truth and templates are the first ``crop`` residues of the
-  4HHB A case's ground truth.
+- the full-size ``model_1_ptm`` preset (random AF2 initialisation) at crops ``--full-crops``, with
+  activation checkpointing per Evoformer / extra-MSA block in training, on the inputs of each
+  ``--full-workloads`` entry (``WORKLOADS``: MSA clusters, extra-MSA rows, template slots, passes):
+  random features of AF2's layout; the sequence, ground truth and templates are the first ``crop``
+  residues of the 4HHB A case's ground truth.
+
+Eval rows also report the forward's matrix-product work (GFLOP, ``torch.utils.flop_counter``) and
+its floor on this core: GFLOP divided by the best single-thread float32 matrix-product rate measured
+in the same process, the time those products alone take at that rate (an implementation doing the
+same work cannot be much faster).
 
 Forward + backward = ``alphafold_loss`` (initial-training weights, clamped FAPE) on the outputs,
 then ``backward()``; no optimiser step. Every (configuration, mode) runs in a fresh subprocess:
@@ -50,6 +55,10 @@ TRUTH_CASE = "hba_notmpl"  # ground truth and sequence of the full-size rows (14
 # OpenFold on this hardware, full-size model_1_ptm, 1 recycle, one thread (reference README,
 # "Timings on this hardware"): crop -> (forward s, forward + backward s, peak RSS GB).
 OPENFOLD_FULL = {64: (13.9, 37.9, 4.6), 128: (82.1, 207.7, 14.0)}
+# Inputs of the full-size rows: MSA clusters, extra-MSA rows, template slots, passes (recycles + 1).
+# "af2-training": AF2's training sizes, one pass. "reference-cases": the reference cases' sizes
+# (16 clusters, 32 extra rows, 2 templates, 1 recycle), the only sizes the fixture README names.
+WORKLOADS = {"af2-training": (128, 1024, 4, 1), "reference-cases": (16, 32, 2, 2)}
 
 
 def _tensors(path: Path) -> dict:
@@ -113,8 +122,9 @@ def random_features(crop: int, clusters: int, extra: int, templates: int, truth:
     return {k: v[None] for k, v in feats.items()}
 
 
-def full_inputs(crop: int, args: argparse.Namespace) -> tuple:
-    """(model, features, supervision) of the full-size ``model_1_ptm`` preset at ``crop`` residues."""
+def full_inputs(crop: int, workload: str) -> tuple:
+    """(model, features, supervision) of the full-size ``model_1_ptm`` preset at ``crop`` residues
+    with the inputs of ``WORKLOADS[workload]`` (every feature repeated per pass)."""
     import dataclasses
 
     import torch
@@ -128,13 +138,15 @@ def full_inputs(crop: int, args: argparse.Namespace) -> tuple:
         raise SystemExit(f"{TRUTH_CASE}: {truth['aatype'].shape[0]} residues, fewer than crop {crop}")
     cfg = dataclasses.replace(preset("model_1_ptm"), num_recycle=1, checkpointing=True)
     model = AlphaFold2(cfg)
-    feats = random_features(crop, args.clusters, args.extra, args.templates, truth)
+    clusters, extra, templates, passes = WORKLOADS[workload]
+    feats = random_features(crop, clusters, extra, templates, truth)
+    feats = {k: v.expand(passes, *v.shape[1:]).clone() for k, v in feats.items()}
     aatype = truth["aatype"][:crop]
     sup = make_supervision(aatype, truth["all_atom_positions"][:crop], truth["all_atom_mask"][:crop])
     g = torch.Generator().manual_seed(1)
     sup.update(seq_mask=torch.ones(crop), residue_index=torch.arange(crop),
                true_msa=feats["msa_feat"][0, :, :, :23].argmax(-1),
-               bert_mask=(torch.rand(args.clusters, crop, generator=g) < 0.15).float(),
+               bert_mask=(torch.rand(clusters, crop, generator=g) < 0.15).float(),
                resolution=truth["resolution"], seq_length=torch.tensor(crop), use_clamped_fape=torch.tensor(1.0))
     return model, feats, sup
 
@@ -153,7 +165,7 @@ def worker(spec: dict, args: argparse.Namespace) -> dict:
     if spec["kind"] == "case":
         model, feats, sup = case_inputs(REFERENCE / spec["name"])
     else:
-        model, feats, sup = full_inputs(spec["crop"], args)
+        model, feats, sup = full_inputs(spec["crop"], spec["workload"])
     params = sum(p.numel() for p in model.parameters())
 
     def forward() -> float:
@@ -178,17 +190,35 @@ def worker(spec: dict, args: argparse.Namespace) -> dict:
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # ru_maxrss is KiB on Linux
-    return {"times": times, "cpu_times": cpu, "peak_gb": peak, "params": params, "value": value,
+    work = forward_gflop(model, feats) if spec["mode"] == "eval" else {}
+    return {**work, "times": times, "cpu_times": cpu, "peak_gb": peak, "params": params, "value": value,
             "residues": int(feats["aatype"].shape[-1]), "templates": "template_aatype" in feats}
+
+
+def forward_gflop(model, feats: dict) -> dict:
+    """Matrix-product work of one forward (``torch.utils.flop_counter``, GFLOP) and this core's
+    single-thread float32 matrix-product rate (GFLOP/s, best of 5 ``[4096, 256] @ [256, 1024]``)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(feats)
+    a, b = torch.randn(4096, 256), torch.randn(256, 1024)
+    rates = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        rates.append(10 * 2 * 4096 * 256 * 1024 / (time.perf_counter() - start) / 1e9)
+    return {"gflop": counter.get_total_flops() / 1e9, "matmul_gflops": max(rates)}
 
 
 def run_subprocess(spec: dict, args: argparse.Namespace) -> dict:
     """Run :func:`worker` for ``spec`` in a fresh interpreter; adds the load averages around it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--clusters", str(args.clusters),
-           "--extra", str(args.extra), "--templates", str(args.templates),
-           "--memory-limit-gb", str(args.memory_limit_gb or 0)]
+    cmd = [sys.executable, __file__, "--worker", json.dumps(spec), "--memory-limit-gb", str(args.memory_limit_gb or 0)]
     load_start = os.getloadavg()[0]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     load_end = os.getloadavg()[0]
@@ -217,15 +247,18 @@ def render(results: list[dict], args: argparse.Namespace) -> str:
     cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     rows = ["| configuration | residues | mode | foldworks CPU s | wall s | n | OpenFold s | ratio (CPU s) | "
-            "peak RSS GB | OpenFold GB | load start / end |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "peak RSS GB | OpenFold GB | forward GFLOP | floor s | load start / end |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(results, key=lambda r: (r["kind"] == "full", r.get("crop", 0), r["name"], r["mode"])):
         theirs, their_peak = openfold_figure(r)
         cpu, wall = statistics.median(r["cpu_times"]), statistics.median(r["times"])
         ratio = f"{cpu / theirs:.2f}" if theirs else ""
         mode = "forward + backward" if r["mode"] == "train" else "forward"
+        work = f"{r['gflop']:.4g}" if "gflop" in r else ""
+        floor = f"{r['gflop'] / r['matmul_gflops']:.3g}" if "gflop" in r else ""
         rows.append(f"| {r['name']} | {r['residues']} | {mode} | {cpu:.3g} | {wall:.3g} | {len(r['times'])} "
                     f"| {f'{theirs:.3g}' if theirs else ''} | {ratio} | {r['peak_gb']:.2f} | {their_peak or ''} "
-                    f"| {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
+                    f"| {work} | {floor} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
     machine = f"{os.cpu_count()} CPUs ({cpu_model}); Python {platform.python_version()}"
     return "\n".join(rows) + f"\n\nCommit {commit}; {machine}.\n"
 
@@ -237,9 +270,13 @@ def specs(args: argparse.Namespace) -> list[dict]:
         if args.cases is None or case.name in args.cases:
             out += [{"kind": "case", "name": case.name, "mode": m, "repeats": args.repeats, "warmup": True}
                     for m in ("eval", "train")]
-    for crop in args.full_crops:
-        out += [{"kind": "full", "name": f"model_1_ptm crop {crop}", "crop": crop, "mode": m,
-                 "repeats": args.full_repeats, "warmup": False} for m in ("eval", "train")]
+    for workload in args.full_workloads:
+        clusters, extra, templates, passes = WORKLOADS[workload]
+        for crop in args.full_crops:
+            name = (f"model_1_ptm crop {crop}, {clusters} clusters + {extra} extra rows, {templates} templates, "
+                    f"{passes} pass{'es' if passes > 1 else ''}")
+            out += [{"kind": "full", "name": name, "crop": crop, "workload": workload, "mode": m,
+                     "repeats": args.full_repeats, "warmup": False} for m in args.modes]
     return out
 
 
@@ -248,9 +285,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per reference case and mode")
     parser.add_argument("--full-crops", type=int, nargs="*", default=[64, 128])
     parser.add_argument("--full-repeats", type=int, default=1)
-    parser.add_argument("--clusters", type=int, default=128, help="MSA clusters of the full-size rows")
-    parser.add_argument("--extra", type=int, default=1024, help="extra-MSA rows of the full-size rows")
-    parser.add_argument("--templates", type=int, default=4, help="template slots of the full-size rows")
+    parser.add_argument("--full-workloads", nargs="*", choices=sorted(WORKLOADS), default=sorted(WORKLOADS),
+                        help="inputs of the full-size rows (see WORKLOADS)")
+    parser.add_argument("--modes", nargs="*", choices=["eval", "train"], default=["eval", "train"],
+                        help="full-size rows: forward (eval) and/or forward + backward (train)")
     parser.add_argument("--memory-limit-gb", type=float, default=0.0,
                         help="address-space limit of each worker (GB; 0 = none): a row that needs more fails")
     parser.add_argument("--cases", nargs="*", help="reference case folders to run (default: all)")

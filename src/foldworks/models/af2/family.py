@@ -67,8 +67,9 @@ class EvoformerFamily(AlphaFold2):
     :data:`foldworks.models.af2.PRESETS`); any :class:`~foldworks.models.af2.AF2Config` field may be
     overridden. ``loss_weights``: ``initial_training`` or ``fine_tuning`` (AF2 supp. 1.9 / 1.11;
     default: ``fine_tuning`` for the ``finetuning`` preset, else ``initial_training``).
-    ``chunk_size``: attention rows per chunk (None = unchunked). ``data``: input-pipeline settings
-    (:class:`foldworks.features.af2.Af2DataConfig` names, e.g. ``max_msa_clusters``).
+    ``chunk_size``: attention rows per chunk (None = automatic cache-sized chunks on CPU, none on
+    GPU). ``data``: input-pipeline settings (:class:`foldworks.features.af2.Af2DataConfig` names,
+    e.g. ``max_msa_clusters``).
     ``w_ca_lddt`` / ``w_ca_bond``: optional Cα terms not in AF2 (0 = off = AF2): AF3's smooth
     lDDT-Cα (AF3 supp. 4.3.2) and the error of consecutive Cα–Cα distances (Å / 10), both on the
     final structure and added to the scaled AF2 loss."""
