@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from foldworks.models.af2 import primitives
+from foldworks.models.af2 import evoformer, primitives
 from foldworks.models.af2.primitives import Attention, cpu_chunk_rows
 
 torch.set_num_threads(1)
@@ -67,3 +67,37 @@ def test_chunks_with_gradients_give_the_unchunked_gradients(monkeypatch) -> None
     assert calls == [4, 4, 1]
     for a, b in zip(chunked, whole):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _opm_grads(opm, m: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    opm.zero_grad(set_to_none=True)
+    m = m.clone().requires_grad_(True)
+    out = opm(m, mask)
+    (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+    return [out.detach(), m.grad] + [p.grad for p in opm.parameters()]
+
+
+def test_outer_product_mean_chunks_give_the_unchunked_values_and_gradients(monkeypatch) -> None:
+    torch.manual_seed(0)
+    opm = evoformer.OuterProductMean(c_m=8, c_z=6, c_hidden=3)
+    for p in opm.parameters():  # linear_out starts at zero: perturb so every path counts
+        p.data.add_(0.1 * torch.randn_like(p))
+    m, mask = torch.randn(5, 7, 8), (torch.rand(5, 7) > 0.2).float()
+    monkeypatch.setattr(evoformer, "CPU_CHUNK_LOGITS", 1 << 30)  # one step: the reference
+    whole = _opm_grads(opm, m, mask)
+    monkeypatch.setattr(evoformer, "CPU_CHUNK_LOGITS", 2 * 7 * 3 * 3)  # two residues per step
+    chunked = _opm_grads(opm, m, mask)
+    for a, b in zip(chunked, whole):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_triangle_multiplication_with_a_batch_dimension_equals_each_sample() -> None:
+    torch.manual_seed(0)
+    for outgoing in (True, False):
+        tri = evoformer.TriangleMultiplication(c_z=6, c_hidden=4, outgoing=outgoing)
+        for p in tri.parameters():
+            p.data.add_(0.1 * torch.randn_like(p))
+        z, mask = torch.randn(2, 5, 5, 6), (torch.rand(2, 5, 5) > 0.2).float()
+        batched = tri(z, mask)
+        for i in range(2):
+            torch.testing.assert_close(batched[i], tri(z[i], mask[i]), rtol=1e-5, atol=1e-6)

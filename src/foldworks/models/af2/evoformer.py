@@ -13,7 +13,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from foldworks.models.af2.primitives import Attention, GlobalAttention, Linear, mask_bias, shared_dropout
+from foldworks.models.af2.primitives import (
+    CPU_CHUNK_LOGITS,
+    Attention,
+    GlobalAttention,
+    Linear,
+    mask_bias,
+    shared_dropout,
+)
 
 
 class MSARowAttentionWithPairBias(nn.Module):
@@ -98,9 +105,18 @@ class OuterProductMean(nn.Module):
         m = self.layer_norm(m)
         a = self.linear_1(m) * mask[..., None]
         b = self.linear_2(m) * mask[..., None]
-        outer = torch.einsum("...sic,...sje->...ijce", a, b).flatten(-2)
         norm = torch.einsum("...si,...sj->...ij", mask, mask)[..., None]
-        return self.linear_out(outer) / (self.eps + norm)
+        rows = a.shape[-2]
+        if a.device.type == "cpu":  # residues i per step: the [i, j, c, e] outer product stays in cache
+            rows = max(1, CPU_CHUNK_LOGITS // (b.shape[-2] * a.shape[-1] * b.shape[-1]))
+        if rows >= a.shape[-2]:
+            return self._project(a, b) / (self.eps + norm)
+        parts = [self._project(a_i, b) for a_i in a.split(rows, dim=-2)]  # split: backward is one cat
+        return torch.cat(parts, dim=-3) / (self.eps + norm)
+
+    def _project(self, a: Tensor, b: Tensor) -> Tensor:
+        """``linear_out(vec(Σ_s a[s, i] ⊗ b[s, j]))`` for ``a [*, S, I, c]``, ``b [*, S, J, c]`` → ``[*, I, J, c_z]``."""
+        return self.linear_out(torch.einsum("...sic,...sje->...ijce", a, b).flatten(-2))
 
 
 class TriangleMultiplication(nn.Module):
@@ -120,11 +136,25 @@ class TriangleMultiplication(nn.Module):
 
     def forward(self, z: Tensor, mask: Tensor) -> Tensor:
         z = self.layer_norm_in(z)
-        mask = mask[..., None]
-        a = mask * self.linear_a_p(z) * torch.sigmoid(self.linear_a_g(z))
-        b = mask * self.linear_b_p(z) * torch.sigmoid(self.linear_b_g(z))
-        eq = "...ikc,...jkc->...ijc" if self.outgoing else "...kic,...kjc->...ijc"
-        x = self.linear_z(self.layer_norm_out(torch.einsum(eq, a, b)))
+        # The four input projections as one product, channel-first ([*, c, N, N]): the triangle
+        # products are then batched matrix products over c without transposing copies.
+        lins = (self.linear_a_p, self.linear_a_g, self.linear_b_p, self.linear_b_g)
+        weight = torch.cat([lin.weight for lin in lins])
+        bias = torch.cat([lin.bias for lin in lins])
+        flat = z.flatten(-3, -2)  # [*, N·N, c_z]
+        if flat.dim() == 2:
+            proj = torch.addmm(bias[:, None], weight, flat.T)
+        else:
+            proj = torch.matmul(weight, flat.transpose(-1, -2)) + bias[:, None]
+        a_p, a_g, b_p, b_g = proj.unflatten(-1, z.shape[-3:-1]).chunk(4, dim=-3)
+        mask = mask[..., None, :, :]
+        a = mask * a_p * torch.sigmoid(a_g)
+        b = mask * b_p * torch.sigmoid(b_g)
+        if self.outgoing:
+            x = torch.matmul(a, b.transpose(-1, -2))  # Σ_k a_ik b_jk
+        else:
+            x = torch.matmul(a.transpose(-1, -2), b)  # Σ_k a_ki b_kj
+        x = self.linear_z(self.layer_norm_out(x.movedim(-3, -1)))
         return x * torch.sigmoid(self.linear_g(z))
 
 
