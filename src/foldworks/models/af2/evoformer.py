@@ -84,7 +84,7 @@ class Transition(nn.Module):
         self.linear_2 = Linear(factor * c, c, init="final")
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear_2(torch.relu(self.linear_1(self.layer_norm(x))))
+        return self.linear_2(torch.relu_(self.linear_1(self.layer_norm(x))))  # in place: one buffer fewer
 
 
 class OuterProductMean(nn.Module):
