@@ -29,15 +29,21 @@ def test_cpu_chunk_rows_bounds_the_logits_per_chunk() -> None:
     assert cpu_chunk_rows(torch.zeros(2, 4096, 8), torch.zeros(2, 4096, 8), num_heads=8) == 1
 
 
+def _spy_on_attend(monkeypatch, att: Attention) -> list[int]:
+    """Rows of every ``_attend`` call (one call per chunk), recorded in the returned list."""
+    calls: list[int] = []
+    original = att._attend
+    monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
+    return calls
+
+
 def test_automatic_chunks_match_unchunked(monkeypatch) -> None:
     att, x, biases = _attention_inputs()
     monkeypatch.setattr(att, "chunk_size", 9)  # one call: the reference
     with torch.no_grad():
         whole = att(x, x, biases)
     monkeypatch.setattr(att, "chunk_size", None)
-    calls = []
-    original = att._attend
-    monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
+    calls = _spy_on_attend(monkeypatch, att)
     monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS", 2 * 2 * 7 * 7)  # two rows per chunk
     with torch.no_grad():
         chunked = att(x, x, biases)
@@ -59,9 +65,7 @@ def test_chunks_with_gradients_give_the_unchunked_gradients(monkeypatch) -> None
     monkeypatch.setattr(att, "chunk_size", 9)
     whole = _grads(att, x, biases)
     monkeypatch.setattr(att, "chunk_size", None)
-    calls = []
-    original = att._attend
-    monkeypatch.setattr(att, "_attend", lambda q, kv, b: calls.append(q.shape[0]) or original(q, kv, b))
+    calls = _spy_on_attend(monkeypatch, att)
     monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS_GRAD", 4 * 2 * 7 * 7)  # four rows per chunk
     chunked = _grads(att, x, biases)
     assert calls == [4, 4, 1]
