@@ -80,12 +80,16 @@ def _env(hook_dir: Path, pause: dict | None) -> dict[str, str]:
     return env
 
 
+def _complete_markers(marker: Path) -> list[Path]:
+    """The markers ``<marker>.<pid>`` paused processes have finished writing (not their ``.part`` temps)."""
+    return sorted(p for p in marker.parent.glob(f"{marker.name}.[0-9]*") if p.name.rsplit(".", 1)[1].isdigit())
+
+
 def _wait_for_markers(marker: Path, proc: subprocess.Popen, timeout: float = 300) -> list[dict]:
     """Markers written by paused processes (``{pid, path}``); fails if ``proc`` ends first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = sorted(marker.parent.glob(f"{marker.name}.[0-9]*"))
-        found = [p for p in found if not p.name.endswith(".part")]
+        found = _complete_markers(marker)
         if found:
             return [json.loads(p.read_text()) for p in found]
         if proc.poll() is not None:
@@ -270,7 +274,7 @@ def test_workflow_killed_during_msa_and_features_writes_then_rerun_completes(pdb
     try:
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
-            for marker in tmp_path.glob("m2.[0-9]*"):
+            for marker in _complete_markers(tmp_path / "m2"):
                 pid = int(marker.name.rsplit(".", 1)[1])
                 if pid not in killed:
                     os.kill(pid, signal.SIGKILL)
