@@ -25,7 +25,7 @@ def test_cpu_chunk_rows_bounds_the_logits_per_chunk() -> None:
     x = torch.zeros(3, 50, 20, 8)  # lead 3, rows 50, queries 20
     per_row = 3 * 4 * 20 * 20
     rows = cpu_chunk_rows(x, x, num_heads=4)
-    assert rows == primitives.CPU_CHUNK_LOGITS // per_row
+    assert rows == primitives.CPU_CHUNK_ELEMENTS // per_row
     assert cpu_chunk_rows(torch.zeros(2, 4096, 8), torch.zeros(2, 4096, 8), num_heads=8) == 1
 
 
@@ -44,7 +44,7 @@ def test_automatic_chunks_match_unchunked(monkeypatch) -> None:
         whole = att(x, x, biases)
     monkeypatch.setattr(att, "chunk_size", None)
     calls = _spy_on_attend(monkeypatch, att)
-    monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS", 2 * 2 * 7 * 7)  # two rows per chunk
+    monkeypatch.setattr(primitives, "CPU_CHUNK_ELEMENTS", 2 * 2 * 7 * 7)  # two rows per chunk
     with torch.no_grad():
         chunked = att(x, x, biases)
     assert calls == [2, 2, 2, 2, 1]
@@ -66,7 +66,7 @@ def test_chunks_with_gradients_give_the_unchunked_gradients(monkeypatch) -> None
     whole = _grads(att, x, biases)
     monkeypatch.setattr(att, "chunk_size", None)
     calls = _spy_on_attend(monkeypatch, att)
-    monkeypatch.setattr(primitives, "CPU_CHUNK_LOGITS_GRAD", 4 * 2 * 7 * 7)  # four rows per chunk
+    monkeypatch.setattr(primitives, "CPU_CHUNK_ELEMENTS_GRAD", 4 * 2 * 7 * 7)  # four rows per chunk
     chunked = _grads(att, x, biases)
     assert calls == [4, 4, 1]
     for a, b in zip(chunked, whole):
@@ -87,9 +87,9 @@ def test_outer_product_mean_chunks_give_the_unchunked_values_and_gradients(monke
     for p in opm.parameters():  # linear_out starts at zero: perturb so every path counts
         p.data.add_(0.1 * torch.randn_like(p))
     m, mask = torch.randn(5, 7, 8), (torch.rand(5, 7) > 0.2).float()
-    monkeypatch.setattr(evoformer, "CPU_CHUNK_LOGITS", 1 << 30)  # one step: the reference
+    monkeypatch.setattr(evoformer, "CPU_CHUNK_ELEMENTS", 1 << 30)  # one step: the reference
     whole = _opm_grads(opm, m, mask)
-    monkeypatch.setattr(evoformer, "CPU_CHUNK_LOGITS", 2 * 7 * 3 * 3)  # two residues per step
+    monkeypatch.setattr(evoformer, "CPU_CHUNK_ELEMENTS", 2 * 7 * 3 * 3)  # two residues per step
     chunked = _opm_grads(opm, m, mask)
     for a, b in zip(chunked, whole):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from foldworks.models.af2.primitives import (
-    CPU_CHUNK_LOGITS,
+    CPU_CHUNK_ELEMENTS,
     Attention,
     GlobalAttention,
     Linear,
@@ -108,7 +108,7 @@ class OuterProductMean(nn.Module):
         norm = torch.einsum("...si,...sj->...ij", mask, mask)[..., None]
         rows = a.shape[-2]
         if a.device.type == "cpu":  # residues i per step: the [i, j, c, e] outer product stays in cache
-            rows = max(1, CPU_CHUNK_LOGITS // (b.shape[-2] * a.shape[-1] * b.shape[-1]))
+            rows = max(1, CPU_CHUNK_ELEMENTS // (b.shape[-2] * a.shape[-1] * b.shape[-1]))
         if rows >= a.shape[-2]:
             return self._project(a, b) / (self.eps + norm)
         parts = [self._project(a_i, b) for a_i in a.split(rows, dim=-2)]  # split: backward is one cat
@@ -141,12 +141,11 @@ class TriangleMultiplication(nn.Module):
         lins = (self.linear_a_p, self.linear_a_g, self.linear_b_p, self.linear_b_g)
         weight = torch.cat([lin.weight for lin in lins])
         bias = torch.cat([lin.bias for lin in lins])
-        flat = z.flatten(-3, -2)  # [*, N·N, c_z]
-        if flat.dim() == 2:
-            proj = torch.addmm(bias[:, None], weight, flat.T)
-        else:
-            proj = torch.matmul(weight, flat.transpose(-1, -2)) + bias[:, None]
-        a_p, a_g, b_p, b_g = proj.unflatten(-1, z.shape[-3:-1]).chunk(4, dim=-3)
+        # One 2-D product over every batch and residue pair ([4·c, *·N·N]); a broadcast matmul over
+        # batch dimensions (templates) was 1.3-1.8x slower.
+        proj = torch.addmm(bias[:, None], weight, z.reshape(-1, z.shape[-1]).T)
+        proj = proj.unflatten(-1, z.shape[:-1]).movedim(0, -3)  # [*, 4·c, N, N]
+        a_p, a_g, b_p, b_g = proj.chunk(4, dim=-3)
         mask = mask[..., None, :, :]
         a = mask * a_p * torch.sigmoid(a_g)
         b = mask * b_p * torch.sigmoid(b_g)

@@ -60,15 +60,16 @@ def mask_bias(mask: Tensor) -> Tensor:
     return MASK_INF * (mask - 1.0)
 
 
-# Attention logits per chunk on CPU (float32 elements, ~1 MiB): the logits, bias add, softmax and
-# value product of a chunk then stay in the core's cache instead of streaming through memory.
-CPU_CHUNK_LOGITS = 1 << 18
-# With gradients each chunk also keeps its softmax for the backward, and many small chunks cost more
-# in per-chunk overhead than they save: 2^20 logits per chunk (bench/af2_step.md).
-CPU_CHUNK_LOGITS_GRAD = 1 << 20
+# Elements of one chunk's largest intermediate on CPU (float32, ~1 MiB): attention logits, or the
+# outer product mean's [i, j, c, e] product. A chunk's passes over it then stay in the core's cache
+# instead of streaming through memory.
+CPU_CHUNK_ELEMENTS = 1 << 18
+# With gradients each attention chunk also keeps its softmax for the backward, and many small chunks
+# cost more in per-chunk overhead than they save: 2^20 logits per chunk (bench/af2_step.md).
+CPU_CHUNK_ELEMENTS_GRAD = 1 << 20
 
 
-def cpu_chunk_rows(q_x: Tensor, kv_x: Tensor, num_heads: int, limit: int = CPU_CHUNK_LOGITS) -> int:
+def cpu_chunk_rows(q_x: Tensor, kv_x: Tensor, num_heads: int, limit: int = CPU_CHUNK_ELEMENTS) -> int:
     """Rows (dim -3 of ``q_x [*, R, Q, c]``) per chunk so that one chunk's logits ``[*, r, H, Q, K]``
     hold at most ``limit`` elements (at least one row)."""
     if q_x.dim() < 3:
@@ -105,7 +106,7 @@ class Attention(nn.Module):
         rows = q_x.shape[-3] if q_x.dim() >= 3 else 1
         chunk = self.chunk_size
         if chunk is None and q_x.device.type == "cpu":
-            limit = CPU_CHUNK_LOGITS_GRAD if torch.is_grad_enabled() else CPU_CHUNK_LOGITS
+            limit = CPU_CHUNK_ELEMENTS_GRAD if torch.is_grad_enabled() else CPU_CHUNK_ELEMENTS
             chunk = cpu_chunk_rows(q_x, kv_x, self.num_heads, limit)
         if chunk is None or rows <= chunk:
             return self._attend(q_x, kv_x, biases)
